@@ -1,0 +1,67 @@
+"""orchestrate validate PATH...: check cluster and experiment files, report every error."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import Problem, SpecError
+from ..output import add_format_argument, emit_json
+
+HELP = "check cluster and experiment YAML files (and folders of them) without launching anything"
+SUFFIXES = (".yaml", ".yml")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="YAML files or folders")
+    add_format_argument(parser)
+
+
+def collect_files(paths: list[str]) -> tuple[list[Path], list[Problem]]:
+    files, problems = [], []
+    for text in paths:
+        path = Path(text)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file()
+                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            if not found:
+                problems.append(Problem(text, "the folder holds no .yaml or .yml file"))
+            files.extend(found)
+        elif path.exists():
+            files.append(path)
+        else:
+            problems.append(Problem(text, "no such file or folder"))
+    return files, problems
+
+
+def validate_file(path: Path) -> dict:
+    from ..spec import load_any
+
+    try:
+        spec = load_any(path)
+    except SpecError as exc:
+        return {"file": str(path), "kind": None, "valid": False,
+                "errors": [p.as_dict() for p in exc.problems]}
+    kind = "cluster" if hasattr(spec, "provider") else "experiment"
+    return {"file": str(path), "kind": kind, "valid": True, "errors": []}
+
+
+def run(args) -> int:
+    files, missing = collect_files(args.paths)
+    results = [validate_file(path) for path in files]
+    results += [{"file": p.file, "kind": None, "valid": False, "errors": [p.as_dict()]} for p in missing]
+    valid = all(r["valid"] for r in results)
+    if args.format == "json":
+        emit_json({"valid": valid, "files": results})
+    else:
+        for result in results:
+            if result["valid"]:
+                print(f"ok      {result['file']} ({result['kind']})")
+            for error in result["errors"]:
+                print(f"ERROR   {Problem(**error).format()}", file=sys.stderr)
+        bad = [r for r in results if not r["valid"]]
+        errors = sum(len(r["errors"]) for r in bad)
+        summary = f"{len(results)} file(s) checked"
+        if bad:
+            summary += f", {len(bad)} invalid with {errors} error(s)"
+        print(summary, file=sys.stderr)
+    return 0 if valid else 1

@@ -1,0 +1,101 @@
+"""The orchestrator's error hierarchy.
+
+    OrchestrateError            anything the user can act on; the CLI prints it, exit code 1
+    ├── SpecError               one or more problems in a user's YAML file (list of Problem)
+    ├── MissingDependency       an optional extra is not installed (hint: the pip command)
+    ├── PreflightError          a cloud check failed before anything was launched
+    ├── ClusterError            launching, reaching or tearing down a cluster failed
+    └── JobError                submitting or following a Ray job failed
+
+The core never prints or exits; it raises one of these. `orchestrator.cli` alone turns them
+into output and exit codes (1 for these, 130 for Ctrl-C, 3 for a bug). Library exceptions
+(Ray, boto3, Google, Azure) are translated into these at the boundary where they are caught.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with one file: where, which field, and what was expected."""
+
+    file: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+    field: str = ""  # dotted path, e.g. "available_node_types.gpu.max_workers"
+    hint: str | None = None
+
+    def location(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return where
+
+    def format(self) -> str:
+        text = f"{self.location()}: "
+        if self.field:
+            text += f"{self.field}: "
+        text += self.message
+        if self.hint:
+            text += f" ({self.hint})"
+        return text
+
+    def as_dict(self) -> dict:
+        return {
+            "file": self.file,
+            "line": self.line,
+            "column": self.column,
+            "field": self.field,
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+
+class OrchestrateError(Exception):
+    """An error the user can act on. `hint` says what to do about it."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class SpecError(OrchestrateError):
+    """A user's YAML file is wrong; carries every problem found, not only the first."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        summary = "; ".join(p.format() for p in self.problems[:3])
+        if len(self.problems) > 3:
+            summary += f"; and {len(self.problems) - 3} more"
+        super().__init__(summary)
+
+
+class MissingDependency(OrchestrateError):
+    """An optional extra (a cloud SDK, Ray, torch) is needed but not installed."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(
+            f"this needs the Python package '{package}', which is not installed",
+            hint=f'pip install "orchestrate[{extra}]"',
+        )
+        self.package = package
+        self.extra = extra
+
+
+class PreflightError(OrchestrateError):
+    """A cloud or host check failed before launching."""
+
+
+class ClusterError(OrchestrateError):
+    """Launching, reaching or tearing down a cluster failed."""
+
+
+class JobError(OrchestrateError):
+    """Submitting, following or stopping a Ray job failed."""

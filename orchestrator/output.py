@@ -1,0 +1,47 @@
+"""Terminal and machine-readable output shared by the commands."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Iterable, Sequence
+
+
+def add_format_argument(parser) -> None:
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text",
+        help="output format: text for people, json for scripts (default: text)",
+    )
+
+
+def is_interactive() -> bool:
+    """True only when a person can answer a prompt: stdin and stdout are terminals."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def confirm(question: str, *, assume_yes: bool) -> bool:
+    """Ask a yes/no question; never prompts when -y is given or nobody is at a terminal."""
+    if assume_yes or not is_interactive():
+        return True
+    answer = input(f"{question} [y/N] ").strip().lower()
+    return answer in ("y", "yes")
+
+
+def emit_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def format_table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
+    table = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in table]
+    return "\n".join(lines)
+
+
+def print_table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
+    print(format_table(rows, headers))
+
+
+def info(message: str) -> None:
+    """Progress for people: goes to stderr so stdout stays clean for data."""
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,136 @@
+"""ExperimentSpec -> JobPlan: what `orchestrate run` submits to Ray's Job Submission API.
+
+The resolved configuration (docs/design.md) is everything the job needs, as plain JSON; the
+job's code (orchestrator.runtime) reads it from ORCHESTRATE_EXPERIMENT. The submission id is
+derived from the content (config + working_dir digest), so an unchanged experiment is not run
+twice by accident.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..spec.experiment import ExperimentSpec, is_uri
+
+ENTRYPOINT = "python -m orchestrator.runtime"
+CONFIG_ENV = "ORCHESTRATE_EXPERIMENT"
+CONFIG_VERSION = 1
+_DIGEST_FILE_LIMIT = 5000
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    entrypoint: str
+    runtime_env: dict
+    config: dict
+    submission_id: str
+
+    def as_dict(self) -> dict:
+        return {"submission_id": self.submission_id, "entrypoint": self.entrypoint,
+                "runtime_env": self.runtime_env, "config": self.config}
+
+
+def package_dir() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def _dataset_path(path: str, base: Path, working_dir: Path) -> str:
+    """A path the job can open: a URI as is; a local path inside working_dir relative to it
+    (the job's cwd on every node), any other local path absolute."""
+    if is_uri(path):
+        return path
+    absolute = (base / Path(path).expanduser()).resolve()
+    try:
+        return str(absolute.relative_to(working_dir))
+    except ValueError:
+        return str(absolute)
+
+
+def resolve_config(spec: ExperimentSpec) -> dict:
+    data, base = spec.document, spec.path.resolve().parent
+    model = data.get("model")
+    run = dict(data.get("run_config") or {})
+    run.setdefault("name", spec.name)
+    storage = run.get("storage_path")
+    if storage and not is_uri(storage):
+        storage = str((base / Path(storage).expanduser()).resolve())
+    run["storage_path"] = storage
+    run.setdefault("checkpoint_config", None)
+    run.setdefault("failure_config", None)
+    scaling = {"num_workers": 1, "use_gpu": False, "resources_per_worker": None}
+    scaling.update(data.get("scaling_config") or {})
+    datasets = {
+        name: {"format": d.get("format") or _guess_format(d["path"]),
+               "path": _dataset_path(d["path"], base, spec.working_dir),
+               **({"read_options": d["read_options"]} if d.get("read_options") else {})}
+        for name, d in (data.get("datasets") or {}).items()
+    }
+    tune = data.get("tune")
+    if tune:
+        tune = {"param_space": tune["param_space"], "tune_config": tune.get("tune_config") or {}}
+    return {
+        "version": CONFIG_VERSION,
+        "name": spec.name,
+        "trainer": spec.trainer,
+        "model": ({"name": model["name"], "args": {k: v for k, v in model.items() if k != "name"}}
+                  if model else None),
+        "train_loop": data.get("train_loop"),
+        "data_loader": data.get("data_loader", "ray_data"),
+        "datasets": datasets,
+        "label_column": data.get("label_column", "label" if model else None),
+        "feature_columns": data.get("feature_columns"),
+        "preprocessors": data.get("preprocessors") or [],
+        "train_loop_config": data.get("train_loop_config") or {},
+        "scaling_config": scaling,
+        "run_config": run,
+        "params": data.get("params"),
+        "num_boost_round": data.get("num_boost_round"),
+        "tune": tune,
+        "resume": False,
+    }
+
+
+def _guess_format(path: str) -> str:
+    suffix = Path(path.rstrip("/")).suffix.lower().lstrip(".")
+    return {"csv": "csv", "json": "json", "jsonl": "json", "npy": "numpy"}.get(suffix, "parquet")
+
+
+def submission_id(config: dict, working_dir_digest: str) -> str:
+    content = json.dumps(config, sort_keys=True) + working_dir_digest
+    return f"orchestrate-{config['name']}-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
+
+
+def render_job(spec: ExperimentSpec, *, working_dir_digest: str = "", resume: bool = False) -> JobPlan:
+    config = resolve_config(spec)
+    config["resume"] = resume
+    runtime_env = {
+        "working_dir": str(spec.working_dir),
+        "py_modules": [package_dir()],
+        "env_vars": {CONFIG_ENV: json.dumps(config, sort_keys=True), "RAY_USAGE_STATS_ENABLED": "0"},
+    }
+    return JobPlan(entrypoint=ENTRYPOINT, runtime_env=runtime_env, config=config,
+                   submission_id=submission_id(config, working_dir_digest))
+
+
+def digest_directory(path: Path) -> str:
+    """A digest of the files Ray will upload as working_dir (names, sizes and contents)."""
+    digest = hashlib.sha256()
+    count = 0
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(files):
+            count += 1
+            if count > _DIGEST_FILE_LIMIT:
+                return digest.hexdigest()
+            file = Path(root) / name
+            digest.update(str(file.relative_to(path)).encode())
+            try:
+                with open(file, "rb") as handle:
+                    for block in iter(lambda: handle.read(1 << 20), b""):
+                        digest.update(block)
+            except OSError:
+                continue
+    return digest.hexdigest()

@@ -1,0 +1,213 @@
+"""Safe, line-aware YAML loading.
+
+PyYAML composes the document into a node graph (cheap, even for alias bombs, because aliased
+nodes are shared), and we build the Python values ourselves so that we can:
+- remember the line of every key and item (errors name file, line and field),
+- refuse duplicate keys (PyYAML silently keeps the last one),
+- bound the work of alias expansion (a "billion laughs" file is refused in milliseconds),
+- accept only the safe standard tags.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import Problem, SpecError
+
+MAX_FILE_BYTES = 5 * 1024 * 1024
+MAX_NODES = 200_000  # values built after alias expansion; real configs have a few hundred
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+Path_ = tuple  # a field path: ("available_node_types", "gpu", "max_workers") or with ints
+
+
+@dataclass(frozen=True)
+class Document:
+    """A parsed YAML mapping plus where each of its fields was written."""
+
+    file: str
+    data: dict
+    lines: dict  # field path (tuple) -> (line, column), 1-based
+
+    def line_of(self, path: tuple) -> int | None:
+        """Line of the field, or of its nearest written parent (a missing key's mapping)."""
+        path = tuple(path)
+        while True:
+            if path in self.lines:
+                return self.lines[path][0]
+            if not path:
+                return None
+            path = path[:-1]
+
+    def problem(self, path: tuple, message: str, hint: str | None = None) -> Problem:
+        line = self.line_of(path)
+        return Problem(file=self.file, line=line, field=format_path(path), message=message, hint=hint)
+
+
+def format_path(path: tuple) -> str:
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += ("." if text else "") + str(part)
+    return text
+
+
+class _Builder:
+    def __init__(self, file: str, loader) -> None:
+        self.file = file
+        self.loader = loader
+        self.lines: dict = {}
+        self.count = 0
+
+    def fail(self, node, message: str, path: tuple = ()) -> SpecError:
+        mark = node.start_mark
+        return SpecError([Problem(self.file, message, mark.line + 1, mark.column + 1, format_path(path))])
+
+    def build(self, node, path: tuple) -> Any:
+        self.count += 1
+        if self.count > MAX_NODES:
+            raise self.fail(
+                node,
+                f"the document expands to more than {MAX_NODES} values (too many aliases?)",
+                path,
+            )
+        if path not in self.lines:
+            self.lines[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, yaml.MappingNode):
+            return self.build_mapping(node, path)
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
+        try:
+            return self.loader.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            raise self.fail(node, f"unsupported value: {getattr(exc, 'problem', exc)}", path) from None
+
+    def build_mapping(self, node, path: tuple) -> dict:
+        result: dict = {}
+        merged: dict = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for source in sources:
+                    if not isinstance(source, yaml.MappingNode):
+                        raise self.fail(source, "a '<<' merge needs a mapping", path)
+                    for k, v in self.build_mapping(source, path).items():
+                        merged.setdefault(k, v)
+                continue
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise self.fail(key_node, "keys must be plain scalars", path)
+            key = self.build(key_node, path + ("<key>",))
+            if isinstance(key, (list, dict)) or not _hashable(key):
+                raise self.fail(key_node, "keys must be plain scalars", path)
+            if key in result:
+                first = self.lines.get(path + (key,), (None,))[0]
+                raise self.fail(
+                    key_node, f"duplicate key '{key}' (first written on line {first})", path + (key,)
+                )
+            self.lines[path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+            result[key] = self.build(value_node, path + (key,))
+        for k, v in merged.items():
+            result.setdefault(k, v)
+        return result
+
+
+def _children(node) -> list:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _expanded_size(root) -> int:
+    """How many values the node graph expands to, counting shared (aliased) nodes every time.
+
+    Memoised per node, so it costs the number of distinct nodes, not the expanded size.
+    A cycle (a recursive alias) counts as too large.
+    """
+    sizes: dict = {}
+    stack = [(root, False)]
+    while stack:  # iterative post-order: no recursion limit on deep documents
+        node, children_done = stack.pop()
+        if children_done:
+            sizes[id(node)] = min(1 + sum(sizes.get(id(c), 10**12) for c in _children(node)), 10**12)
+            continue
+        if id(node) in sizes:
+            continue
+        sizes[id(node)] = 10**12  # provisional: seen again before finishing means a cycle
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
+    return sizes[id(root)]
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def load_text(text: str, file: str) -> Document:
+    """Parse YAML text into a Document. Raises SpecError for anything that is not a mapping."""
+    if not text.strip():
+        raise SpecError([Problem(file, "the file is empty; expected a YAML mapping")])
+    loader = _Loader(text)
+    try:
+        try:
+            root = loader.get_single_node()
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            message = f"not valid YAML: {exc.problem or exc.context}"
+            line = mark.line + 1 if mark else None
+            column = mark.column + 1 if mark else None
+            raise SpecError([Problem(file, message, line, column)]) from None
+        except yaml.YAMLError as exc:
+            raise SpecError([Problem(file, f"not valid YAML: {exc}")]) from None
+        if root is None:
+            raise SpecError([Problem(file, "the file holds no YAML document; expected a mapping")])
+        if _expanded_size(root) > MAX_NODES:
+            raise SpecError([Problem(
+                file, f"the document expands to more than {MAX_NODES} values; "
+                "aliases that expand this far are refused (an alias bomb?)", 1)])
+        builder = _Builder(file, loader)
+        data = builder.build(root, ())
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a {type(data).__name__} value"
+        raise SpecError([Problem(file, f"expected a YAML mapping at the top level, found {kind}", 1)])
+    return Document(file=file, data=data, lines=builder.lines)
+
+
+def load_file(path: str | Path) -> Document:
+    """Read and parse a YAML file, turning every I/O and encoding problem into a SpecError."""
+    path = Path(path)
+    name = str(path)
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise SpecError([Problem(name, "no such file")]) from None
+    except IsADirectoryError:
+        raise SpecError([Problem(name, "is a directory, expected a YAML file")]) from None
+    except OSError as exc:
+        raise SpecError([Problem(name, f"cannot read the file: {exc.strerror}")]) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SpecError([Problem(name, f"the file is larger than {MAX_FILE_BYTES // 2**20} MiB")])
+    if b"\x00" in raw:
+        raise SpecError([Problem(name, "the file is binary (it contains NUL bytes), not YAML")])
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            [Problem(name, f"the file is not UTF-8 text (bad byte at offset {exc.start})")]
+        ) from None
+    return load_text(text, name)

@@ -1,0 +1,142 @@
+"""The experiment schema, as data. `python scripts/build_schemas.py` writes it to
+schemas/experiment.schema.json (the file editors and CI use)."""
+from __future__ import annotations
+
+PREPROCESSORS = [
+    "Categorizer", "Chain", "Concatenator", "FeatureHasher", "LabelEncoder", "MaxAbsScaler",
+    "MinMaxScaler", "MultiHotEncoder", "Normalizer", "OneHotEncoder", "OrdinalEncoder",
+    "PowerTransformer", "RobustScaler", "SimpleImputer", "StandardScaler", "Tokenizer",
+]
+MODEL_ARGS = {
+    "vit": ["image_size", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
+            "num_classes", "dropout", "attention_dropout", "channels"],
+    "mlp": ["hidden_dims", "num_classes", "dropout"],
+    "cnn": ["image_size", "channels", "num_classes", "width"],
+}
+DATASET_FORMATS = ["parquet", "csv", "json", "numpy", "images"]
+NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        "x-message": "expected 1-64 letters, digits, '.', '-' or '_' (it names the Ray job "
+                     "and the run's folder)"}
+STR_LIST = {"type": "array", "items": {"type": "string"}, "minItems": 1}
+POS_INT = {"type": "integer", "minimum": 1}
+
+
+def _model() -> dict:
+    props = {"name": {"type": "string", "enum": sorted(MODEL_ARGS),
+                      "description": "the built-in model"}}
+    for arg in sorted({a for args in MODEL_ARGS.values() for a in args}):
+        props[arg] = POS_INT
+    props["dropout"] = props["attention_dropout"] = {"type": "number", "minimum": 0, "maximum": 1}
+    props["hidden_dims"] = {"type": "array", "items": POS_INT, "minItems": 1}
+    return {"type": "object", "required": ["name"], "additionalProperties": False,
+            "properties": props}
+
+
+def _preprocessor() -> dict:
+    return {
+        "type": "object", "required": ["type"], "additionalProperties": False,
+        "properties": {
+            "type": {"type": "string", "enum": PREPROCESSORS},
+            "columns": STR_LIST,
+            "label_column": {"type": "string"},
+            "output_column_name": {"type": "string"},
+            "strategy": {"type": "string", "enum": ["mean", "most_frequent", "constant"]},
+            "fill_value": {},
+            "norm": {"type": "string", "enum": ["l1", "l2", "max"]},
+            "power": {"type": "number"},
+            "method": {"type": "string", "enum": ["yeo-johnson", "box-cox"]},
+            "num_features": POS_INT,
+            "max_categories": {"type": "object"},
+            "preprocessors": {"type": "array", "items": {"$ref": "#/definitions/preprocessor"}},
+        },
+    }
+
+
+def build() -> dict:
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$id": "https://orchestrate.dev/schemas/experiment.schema.json",
+        "title": "orchestrate experiment (a Ray Train run)",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "trainer"],
+        "definitions": {"preprocessor": _preprocessor()},
+        "properties": {
+            "name": NAME,
+            "cluster": {"type": "string", "minLength": 1,
+                        "description": "path to a cluster YAML; omitted: a local Ray on this machine"},
+            "trainer": {"type": "string", "enum": ["torch", "xgboost"]},
+            "model": _model(),
+            "train_loop": {
+                "type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$",
+                "x-message": "expected 'module:function', e.g. 'train:train_loop'"},
+            "working_dir": {"type": "string", "minLength": 1},
+            "data_loader": {"type": "string", "enum": ["ray_data", "torch"]},
+            "datasets": {
+                "type": "object", "minProperties": 1, "additionalProperties": False,
+                "patternProperties": {"^[A-Za-z][A-Za-z0-9_]*$": {
+                    "type": "object", "required": ["path"], "additionalProperties": False,
+                    "properties": {
+                        "format": {"type": "string", "enum": DATASET_FORMATS},
+                        "path": {"type": "string", "minLength": 1},
+                        "read_options": {"type": "object"},
+                    }}},
+            },
+            "label_column": {"type": "string", "minLength": 1},
+            "feature_columns": STR_LIST,
+            "preprocessors": {"type": "array", "items": {"$ref": "#/definitions/preprocessor"}},
+            "train_loop_config": {"type": "object"},
+            "scaling_config": {
+                "type": "object", "additionalProperties": False,
+                "properties": {
+                    "num_workers": POS_INT,
+                    "use_gpu": {"type": "boolean"},
+                    "resources_per_worker": {"type": "object",
+                                             "additionalProperties": {"type": "number", "minimum": 0}},
+                    "placement_strategy": {"type": "string",
+                                           "enum": ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]},
+                },
+            },
+            "run_config": {
+                "type": "object", "additionalProperties": False,
+                "properties": {
+                    "name": NAME,
+                    "storage_path": {"type": "string", "minLength": 1},
+                    "checkpoint_config": {
+                        "type": "object", "additionalProperties": False,
+                        "properties": {
+                            "num_to_keep": {"type": ["integer", "null"], "minimum": 1},
+                            "checkpoint_score_attribute": {"type": "string"},
+                            "checkpoint_score_order": {"type": "string", "enum": ["max", "min"]},
+                        }},
+                    "failure_config": {
+                        "type": "object", "additionalProperties": False,
+                        "properties": {"max_failures": {"type": "integer", "minimum": -1}}},
+                },
+            },
+            "params": {"type": "object"},
+            "num_boost_round": POS_INT,
+            "tune": {
+                "type": "object", "additionalProperties": False, "required": ["param_space"],
+                "properties": {
+                    "param_space": {"type": "object", "minProperties": 1},
+                    "tune_config": {
+                        "type": "object", "additionalProperties": False,
+                        "properties": {
+                            "metric": {"type": "string"},
+                            "mode": {"type": "string", "enum": ["max", "min"]},
+                            "num_samples": POS_INT,
+                            "max_concurrent_trials": POS_INT,
+                            "scheduler": {
+                                "type": "object", "required": ["type"], "additionalProperties": False,
+                                "properties": {
+                                    "type": {"type": "string", "enum": ["fifo", "asha"]},
+                                    "max_t": POS_INT, "grace_period": POS_INT,
+                                    "reduction_factor": {"type": "number", "exclusiveMinimum": 1},
+                                    "time_attr": {"type": "string"},
+                                }},
+                        }},
+                },
+            },
+        },
+    }
