@@ -1,7 +1,7 @@
 """Command-line entry point: argument parsing and the one place errors become exit codes.
 
-Each verb is a module under `orchestrator.commands` with `HELP`, `add_arguments(parser)` and
-`run(args) -> int`. Command modules import only light modules at top level; Ray, torch and
+Each verb is a module under `orchestrator.commands` with `add_arguments(parser)` and
+`run(args) -> int`, listed with its help in `COMMANDS`. Command modules import only light modules at top level; Ray, torch and
 the cloud SDKs are imported inside the functions that use them, so the CLI starts fast.
 """
 from __future__ import annotations
@@ -10,25 +10,27 @@ import argparse
 import importlib
 import os
 import sys
-import tempfile
-import traceback
 
 from . import __version__
 from .errors import OrchestrateError, SpecError
 
-# The registry: verb -> module. Order is the order shown in --help.
+# The registry: verb -> (module, one-line help). Order is the order shown in --help.
+# Only the chosen verb's module is imported, so `validate` never pays for `run`'s imports.
 COMMANDS = {
-    "validate": "orchestrator.commands.validate",
-    "render": "orchestrator.commands.render",
-    "check": "orchestrator.commands.check",
-    "up": "orchestrator.commands.up",
-    "status": "orchestrator.commands.status",
-    "down": "orchestrator.commands.down",
-    "run": "orchestrator.commands.run",
-    "jobs": "orchestrator.commands.jobs",
-    "logs": "orchestrator.commands.logs",
-    "stop": "orchestrator.commands.stop",
-    "results": "orchestrator.commands.results",
+    "validate": ("orchestrator.commands.validate",
+                 "check cluster and experiment files (and folders of them); launches nothing"),
+    "render": ("orchestrator.commands.render",
+               "print the Ray cluster YAML `ray up` gets, or the job `run` submits"),
+    "check": ("orchestrator.commands.check",
+              "preflight: credentials, regions, zones, instance types, images, quotas"),
+    "up": ("orchestrator.commands.up", "launch or update a cluster from its YAML (idempotent)"),
+    "status": ("orchestrator.commands.status", "known clusters and their live health"),
+    "down": ("orchestrator.commands.down", "tear a cluster down and forget it"),
+    "run": ("orchestrator.commands.run", "run an experiment as a Ray job and follow it"),
+    "jobs": ("orchestrator.commands.jobs", "list the jobs of a cluster"),
+    "logs": ("orchestrator.commands.logs", "print or follow a job's logs"),
+    "stop": ("orchestrator.commands.stop", "stop a running job"),
+    "results": ("orchestrator.commands.results", "metrics, best checkpoint and plot of a run"),
 }
 
 EXIT_USER_ERROR = 1
@@ -37,18 +39,13 @@ EXIT_BUG = 3
 EXIT_INTERRUPTED = 130
 
 
-def _available_commands() -> dict:
-    modules = {}
-    for verb, module_name in COMMANDS.items():
-        try:
-            modules[verb] = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:  # a real import error inside the module: fail loudly
-                raise
-    return modules
+def _module_exists(name: str) -> bool:
+    from importlib.util import find_spec
+
+    return find_spec(name) is not None
 
 
-def build_parser(modules: dict) -> argparse.ArgumentParser:
+def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchestrate",
         description="Declarative Ray clusters and Ray Train experiments from YAML.",
@@ -56,10 +53,15 @@ def build_parser(modules: dict) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"orchestrate {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for verb, module in modules.items():
-        command_parser = sub.add_parser(verb, help=module.HELP, description=module.HELP)
-        module.add_arguments(command_parser)
-        command_parser.set_defaults(_module=module)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for verb, (module_name, help_text) in COMMANDS.items():
+        if verb != chosen and not _module_exists(module_name):
+            continue
+        command_parser = sub.add_parser(verb, help=help_text, description=help_text)
+        if verb == chosen:
+            module = importlib.import_module(module_name)
+            module.add_arguments(command_parser)
+            command_parser.set_defaults(_module=module)
     return parser
 
 
@@ -74,6 +76,9 @@ def _print_error(exc: OrchestrateError) -> None:
 
 
 def _report_bug() -> None:
+    import tempfile
+    import traceback
+
     fd, path = tempfile.mkstemp(prefix="orchestrate-crash-", suffix=".log")
     with os.fdopen(fd, "w") as log:
         traceback.print_exc(file=log)
@@ -84,8 +89,8 @@ def _report_bug() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser(_available_commands())
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         return int(args._module.run(args) or 0)
     except OrchestrateError as exc:

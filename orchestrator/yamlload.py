@@ -19,8 +19,10 @@ from .errors import Problem, SpecError
 
 MAX_FILE_BYTES = 5 * 1024 * 1024
 MAX_NODES = 200_000  # values built after alias expansion; real configs have a few hundred
+MAX_DEPTH = 100  # nesting levels; real configs have fewer than ten
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 Path_ = tuple  # a field path: ("available_node_types", "gpu", "max_workers") or with ints
@@ -78,8 +80,12 @@ class _Builder:
                 f"the document expands to more than {MAX_NODES} values (too many aliases?)",
                 path,
             )
+        if len(path) > MAX_DEPTH:
+            raise self.fail(node, f"the document is nested more than {MAX_DEPTH} levels deep", path[:3])
         if path not in self.lines:
             self.lines[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_TAGS:
+            raise self.fail(node, f"unsupported tag '{node.tag}' (only plain YAML is read)", path)
         if isinstance(node, yaml.MappingNode):
             return self.build_mapping(node, path)
         if isinstance(node, yaml.SequenceNode):
@@ -171,6 +177,8 @@ def load_text(text: str, file: str) -> Document:
             raise SpecError([Problem(file, message, line, column)]) from None
         except yaml.YAMLError as exc:
             raise SpecError([Problem(file, f"not valid YAML: {exc}")]) from None
+        except RecursionError:
+            raise SpecError([Problem(file, "the document is nested too deeply to read")]) from None
         if root is None:
             raise SpecError([Problem(file, "the file holds no YAML document; expected a mapping")])
         if _expanded_size(root) > MAX_NODES:

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for orchestrate: system packages for the SSH cluster tests, a virtual
+# environment in .venv with torch pinned to the CPU build, and orchestrate with every extra.
+# Safe to re-run: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+command -v rsync >/dev/null 2>&1 || need_apt+=(rsync)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+    else
+        echo "setup: please install ${need_apt[*]} (Debian packages) for the SSH cluster tests" >&2
+    fi
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
+.venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
