@@ -68,7 +68,8 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
 def _print_error(exc: OrchestrateError) -> None:
     if isinstance(exc, SpecError):
         for problem in exc.problems:
-            print(f"ERROR {problem.format()}", file=sys.stderr)
+            label = "WARNING" if problem.severity == "warning" else "ERROR  "
+            print(f"{label} {problem.format()}", file=sys.stderr)
         return
     print(f"ERROR {exc.message}", file=sys.stderr)
     if exc.hint:

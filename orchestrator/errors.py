@@ -26,6 +26,7 @@ class Problem:
     column: int | None = None
     field: str = ""  # dotted path, e.g. "available_node_types.gpu.max_workers"
     hint: str | None = None
+    severity: str = "error"  # or "warning": reported, but the file is still valid
 
     def location(self) -> str:
         where = self.file
@@ -52,6 +53,7 @@ class Problem:
             "field": self.field,
             "message": self.message,
             "hint": self.hint,
+            "severity": self.severity,
         }
 
 

@@ -42,7 +42,10 @@ def validate_file(path: Path) -> dict:
         return {"file": str(path), "kind": None, "valid": False,
                 "errors": [p.as_dict() for p in exc.problems]}
     kind = "cluster" if hasattr(spec, "provider") else "experiment"
-    return {"file": str(path), "kind": kind, "valid": True, "errors": []}
+    warnings = list(getattr(spec, "warnings", ()))
+    if kind == "experiment" and spec.cluster is not None:
+        warnings += list(spec.cluster.warnings)
+    return {"file": str(path), "kind": kind, "valid": True, "errors": [p.as_dict() for p in warnings]}
 
 
 def run(args) -> int:
@@ -50,6 +53,9 @@ def run(args) -> int:
     results = [validate_file(path) for path in files]
     results += [{"file": p.file, "kind": None, "valid": False, "errors": [p.as_dict()]} for p in missing]
     valid = all(r["valid"] for r in results)
+    for result in results:  # warnings travel with errors, each marked by its severity
+        result["warnings"] = [e for e in result["errors"] if e["severity"] == "warning"]
+        result["errors"] = [e for e in result["errors"] if e["severity"] != "warning"]
     if args.format == "json":
         emit_json({"valid": valid, "files": results})
     else:
@@ -58,6 +64,8 @@ def run(args) -> int:
                 print(f"ok      {result['file']} ({result['kind']})")
             for error in result["errors"]:
                 print(f"ERROR   {Problem(**error).format()}", file=sys.stderr)
+            for warning in result["warnings"]:
+                print(f"WARNING {Problem(**warning).format()}", file=sys.stderr)
         bad = [r for r in results if not r["valid"]]
         errors = sum(len(r["errors"]) for r in bad)
         summary = f"{len(results)} file(s) checked"

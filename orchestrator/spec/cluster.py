@@ -33,6 +33,7 @@ class ClusterSpec:
     document: dict = field(repr=False)
     source: Document = field(repr=False, compare=False)
     origins: dict = field(default_factory=dict, repr=False, compare=False)
+    warnings: tuple = field(default=(), repr=False, compare=False)
 
     def line_of(self, path: tuple) -> int | None:
         """The line in the user's file where a field of `document` came from."""
@@ -67,6 +68,32 @@ def _removed_fields(doc: Document) -> list[Problem]:
             continue
         problems.append(doc.problem((key,), f"'{key}' was removed from Ray's cluster YAML", hint))
     return problems
+
+
+# Provider keys Ray's providers read (ray/autoscaler/_private/<provider>/). Ray ignores unknown
+# keys, so a misspelt one silently does nothing: close misspellings get a warning.
+KNOWN_PROVIDER_KEYS = {
+    "type", "module", "region", "availability_zone", "project_id", "location", "resource_group",
+    "subscription_id", "head_ip", "worker_ips", "coordinator_address", "external_head_ip",
+    "use_internal_ips", "use_external_head_ip", "cache_stopped_nodes", "security_group",
+    "aws_credentials", "gcp_credentials", "cloudwatch", "msi_identity_id",
+    "msi_identity_principal_id", "subnet_id", "tags", "unique_id", "disable_node_updaters",
+    "disable_launch_config_check", "namespace",
+}
+
+
+def provider_typos(doc: Document, data: dict) -> list[Problem]:
+    from dataclasses import replace
+
+    from .schema import did_you_mean
+
+    warnings = []
+    for key in data.get("provider") or {}:
+        hint = None if key in KNOWN_PROVIDER_KEYS else did_you_mean(key, sorted(KNOWN_PROVIDER_KEYS))
+        if hint:
+            problem = doc.problem(("provider", key), f"'{key}' is not a key Ray reads; it is ignored", hint)
+            warnings.append(replace(problem, severity="warning"))
+    return warnings
 
 
 LOCAL_FORBIDDEN = ("available_node_types", "head_node_type", "head", "workers")
@@ -174,16 +201,18 @@ def build_cluster(doc: Document, path: Path) -> ClusterSpec:
     if schema:
         raise SpecError(problems)
     data = doc.data
+    warnings = provider_typos(doc, data)
     problems += _provider_problems(doc, data) + _local_problems(doc, data)
     if problems:
         raise SpecError(problems)
     expanded, origins, shorthand_problems = expand_shorthand(copy.deepcopy(data), doc)
     problems += shorthand_problems
     spec = ClusterSpec(path=path, name=data["cluster_name"], provider=data["provider"]["type"],
-                       document=expanded, source=doc, origins=origins)
+                       document=expanded, source=doc, origins=origins, warnings=tuple(warnings))
     problems += _node_type_problems(expanded, spec.problem)
     problems += _file_mount_problems(doc, data, path.parent)
     if problems:
+        problems += warnings
         raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.field)))
     return spec
 

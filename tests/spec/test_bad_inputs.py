@@ -116,3 +116,13 @@ def test_render_of_a_bad_file_exits_1_without_output(capsys):
     assert main(["render", str(BAD / "wrong-type.yaml")]) == 1
     out, err = capsys.readouterr()
     assert out == "" and "max_workers" in err
+
+
+def test_misspelt_provider_key_is_a_warning_not_an_error(tmp_path, capsys):
+    path = tmp_path / "typo.yaml"
+    path.write_text("cluster_name: typo\nprovider:\n  type: aws\n  region: us-west-2\n"
+                    "  availablity_zone: us-west-2a\n")
+    assert main(["validate", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert (f"WARNING {path}:5: provider.availablity_zone: 'availablity_zone' is not a key Ray "
+            "reads; it is ignored (did you mean 'availability_zone'?)") in err
