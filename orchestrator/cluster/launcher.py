@@ -1,0 +1,126 @@
+"""Ray's cluster launcher (`ray up`, `ray down`, `ray get-head-ip`) run as subprocesses.
+
+The CLI is the stable surface (ray.autoscaler.sdk is a DeveloperAPI). Every line of output goes
+to a log file in the cluster's state folder; the numbered steps and warnings go to `progress`.
+The run is bounded by `timeout`; Ctrl-C or the timeout stops the whole process group.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable
+
+from ..errors import ClusterError
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+\s+(?P<level>[A-Z]+) \S+ -- ")
+_STEP = re.compile(r"^\s*(\[\d+/\d+\]|<\d+/\d+>)")
+_NEWS = ("Launched a new head node", "Relaunching", "will not be restarted",
+         "No nodes remaining", "Requested", "Terminat")
+
+# Known failures, matched against the log, mapped to what to tell the user.
+DIAGNOSES = (
+    ("Permission denied (publickey", "SSH refused the key",
+     "check auth.ssh_user and that the public key of auth.ssh_private_key is in the node's "
+     "~/.ssh/authorized_keys"),
+    ("Connection refused", "nothing accepts SSH connections on a node",
+     "check that sshd runs on the node and the address/port are right"),
+    ("Connection timed out", "a node does not answer on SSH",
+     "check the node's address, its firewall or security group, and that it is running"),
+    ("No route to host", "a node cannot be reached", "check the node's address and network"),
+    ("Could not resolve hostname", "a node's host name does not resolve", "check the address"),
+    ("command not found", "a command is missing on a node",
+     "`ray` must be on the login shell's PATH of the node, or named by absolute path"),
+)
+
+_NOISE = ("File Mount:", "If you experience issues with the cloud provider")
+
+Progress = Callable[[str], None]
+
+
+def ray_command(*args: str) -> list[str]:
+    """`ray ...` with the Ray that this orchestrate runs with."""
+    return [sys.executable, "-m", "ray.scripts.scripts", *args]
+
+
+def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: float,
+            env: dict | None = None, secrets: Iterable[str] = ()) -> str:
+    """Run `ray <args>`; return its output (ANSI removed). Raise ClusterError on failure."""
+    secrets = [s for s in secrets if s]
+    environment = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
+                   **(env or {})}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+    with open(log_path, "a", buffering=1) as log:
+        log.write(f"\n=== ray {' '.join(args)} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
+        process = subprocess.Popen(
+            ray_command(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, env=environment, text=True, errors="replace",
+            start_new_session=True,  # our own Ctrl-C handling stops it; the terminal's does not
+        )
+        reader = threading.Thread(target=_pump, daemon=True,
+                                  args=(process, log, lines, progress, secrets))
+        reader.start()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(process)
+            reader.join(5)
+            raise ClusterError(f"`ray {args[0]}` did not finish within {timeout:.0f} s and was "
+                               f"stopped", hint=f"full log: {log_path}") from None
+        except BaseException:  # Ctrl-C: stop ray too, then let the caller record the state
+            _stop(process)
+            reader.join(5)
+            raise
+        reader.join(10)
+    output = "\n".join(lines)
+    if process.returncode != 0:
+        raise ClusterError(f"`ray {args[0]}` failed: {diagnose(output)}",
+                           hint=f"full log: {log_path}")
+    return output
+
+
+def diagnose(output: str) -> str:
+    for needle, what, hint in DIAGNOSES:
+        if needle in output:
+            return f"{what} ({hint})"
+    meaningful = [line for line in output.splitlines()
+                  if line.strip() and not line.lstrip().startswith(("at ", "File "))]
+    return meaningful[-1].strip() if meaningful else "no output"
+
+
+def _pump(process, log, lines: list[str], progress: Progress, secrets: list[str]) -> None:
+    for raw in process.stdout:
+        line = _ANSI.sub("", raw.rstrip("\n"))
+        for secret in secrets:
+            line = line.replace(secret, "***")
+        log.write(line + "\n")
+        match = _PREFIX.match(line)
+        text = line[match.end():] if match else line
+        lines.append(text)
+        level = match.group("level") if match else ""
+        if text.lstrip().startswith(_NOISE):
+            continue
+        if _STEP.match(text) or level in ("WARN", "WARNING", "ERR", "ERROR") or \
+                any(news in text for news in _NEWS):
+            progress(f"  {text.strip()}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGINT, 5), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        if process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue

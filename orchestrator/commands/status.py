@@ -1,0 +1,61 @@
+"""orchestrate status [NAME]: the recorded clusters and their live health."""
+from __future__ import annotations
+
+import time
+
+from ..errors import ClusterError
+from ..output import add_format_argument, emit_json, print_table
+
+HELP = "show the clusters started with `orchestrate up` and their live health"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("name", nargs="?", metavar="NAME|CLUSTER.yaml",
+                        help="one cluster (default: all recorded)")
+    add_format_argument(parser)
+
+
+def _live(record) -> dict:
+    from ..cluster.access import open_record
+    from ..cluster.health import probe
+
+    if record.state not in ("up",):
+        return {"reachable": False, "error": record.message}
+    try:
+        with open_record(record, timeout=15) as access:
+            return {"reachable": True, "error": None,
+                    **probe(access.address, access.token).as_dict()}
+    except ClusterError as exc:
+        return {"reachable": False, "error": exc.message}
+
+
+def _resources(live: dict) -> str:
+    res = live.get("resources") or {}
+    parts = [f"{res[k]:g} {k}" for k in ("CPU", "GPU") if res.get(k)]
+    return ", ".join(parts)
+
+
+def run(args) -> int:
+    from ..cluster import state
+    from ..cluster.access import resolve
+
+    records = [resolve(args.name)] if args.name else state.list_records()
+    rows = [{**r.as_dict(), "live": _live(r)} for r in records]
+    if args.format == "json":
+        emit_json(rows)
+        return 0
+    if not rows:
+        print("no clusters recorded")
+        return 0
+    table = []
+    for row in rows:
+        live = row["live"]
+        nodes = live.get("nodes_alive") if live["reachable"] else "-"
+        where = row["address"] or (f"ssh {row['head_ip']}" if row["head_ip"] else "-")
+        health = "ok" if live["reachable"] else (live.get("error") or "unreachable")
+        table.append([row["name"], row["provider"], row["state"], nodes, _resources(live),
+                      where, time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated_at"])),
+                      health])
+    print_table(table, ["NAME", "PROVIDER", "STATE", "NODES", "RESOURCES", "ADDRESS", "UPDATED",
+                        "HEALTH"])
+    return 0
