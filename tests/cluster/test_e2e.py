@@ -1,0 +1,120 @@
+"""End to end over real SSH and the real Ray cluster launcher: up, use, up again, change, down."""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import yaml
+
+from .conftest import launch, tear_down
+
+pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.ray]
+
+
+def submit_and_wait(address: str, headers: dict, entrypoint: str, timeout: float = 300) -> str:
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(address, headers=headers)
+    job = client.submit_job(entrypoint=entrypoint)
+    deadline = time.monotonic() + timeout
+    while client.get_job_status(job) not in (JobStatus.SUCCEEDED, JobStatus.FAILED,
+                                             JobStatus.STOPPED):
+        assert time.monotonic() < deadline, "the job did not finish"
+        time.sleep(1)
+    assert client.get_job_status(job) == JobStatus.SUCCEEDED, client.get_job_logs(job)
+    return client.get_job_logs(job)
+
+
+def http_status(url: str, headers: dict | None = None) -> int:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+COUNT_NODES = ("python -c \"import ray; ray.init(); "
+               "print('alive nodes:', sum(n['Alive'] for n in ray.nodes()))\"")
+
+
+def test_up_use_up_again_change_down(make_machine, tmp_path):
+    machine = make_machine()
+    handle = launch(machine, tmp_path / "home", f"e2e-{machine.user.name}")
+    try:
+        # Three nodes on three addresses, all alive.
+        status = json.loads(handle.cli("status", "--format", "json").stdout)
+        assert [row["name"] for row in status] == [handle.name]
+        live = status[0]["live"]
+        assert live["nodes_alive"] == 3
+        assert live["node_ips"] == sorted(machine.ips)
+        assert handle.token not in json.dumps(status)
+
+        # An authenticated job on the recorded address runs on the cluster.
+        assert handle.address == f"http://{machine.ips[0]}:{status[0]['dashboard_port']}"
+        logs = submit_and_wait(handle.address, handle.headers, COUNT_NODES)
+        assert "alive nodes: 3" in logs
+
+        # Without the token (or with a wrong one) the dashboard and job API refuse.
+        for path in ("/api/jobs/", "/api/v0/nodes", "/api/version"):
+            assert http_status(handle.address + path) == 401
+            assert http_status(handle.address + path, {"Authorization": "Bearer nope"}) == 403
+
+        # `up` again on the unchanged file: nothing touched, no SSH login, same Ray processes.
+        pids, logins = machine.user.ray_pids(), machine.sshd.accepted_logins()
+        again = handle.cli("up", str(handle.file), "-y", "--format", "json")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["action"] == "unchanged"
+        assert machine.sshd.accepted_logins() == logins
+        assert machine.user.ray_pids() == pids
+
+        # A change of autoscaling settings only: applied with --no-restart, Ray keeps running.
+        config = yaml.safe_load(handle.file.read_text())
+        config["idle_timeout_minutes"] = 9
+        handle.file.write_text(yaml.safe_dump(config))
+        gcs = machine.user.ray_pids("gcs_server")
+        changed = handle.cli("up", str(handle.file), "-y", "--format", "json")
+        assert changed.returncode == 0, changed.stderr
+        result = json.loads(changed.stdout)
+        assert result["action"] == "updated"
+        assert result["changes"] == ["~ idle_timeout_minutes"]
+        assert "--no-restart" in changed.stderr
+        assert machine.user.ray_pids("gcs_server") == gcs
+        assert result["health"]["session"] == live["session"]
+
+        # Secrets never show up in what we print or log.
+        for text in (again.stdout, again.stderr, changed.stdout, changed.stderr,
+                     (handle.home / "clusters" / handle.name / "up.log").read_text(),
+                     (handle.home / "clusters" / handle.name / "ray-cluster.yaml").read_text()):
+            assert handle.token not in text
+    finally:
+        down = handle.cli("down", "-y")
+    assert down.returncode == 0, down.stderr
+    assert handle.record() is None
+    assert not (handle.home / "clusters" / handle.name).exists()
+    assert wait_until(lambda: not machine.user.ray_pids("ray|gcs_server|raylet"), 30), \
+        "Ray processes of the cluster are still running after down"
+
+
+def test_ssh_cluster_fixture_is_usable(ssh_cluster):
+    with ssh_cluster.open() as access:
+        assert access.address == ssh_cluster.address
+        logs = submit_and_wait(access.address, access.headers, COUNT_NODES)
+    assert "alive nodes: 3" in logs
+    text = ssh_cluster.cli("status").stdout
+    assert ssh_cluster.name in text and " up " in text
+
+
+def wait_until(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return predicate()
+
+
+__all__ = ["submit_and_wait", "tear_down", "wait_until"]
