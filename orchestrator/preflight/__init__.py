@@ -1,0 +1,79 @@
+"""Cloud preflight: catch in seconds what would fail minutes into `ray up`.
+
+    check_cluster(spec) -> list[CheckResult]   every check for one cluster spec
+    ensure_ready(spec) -> list[CheckResult]    the same, raising PreflightError on any failure
+    check_credentials() -> list[CheckResult]   which clouds have usable credentials (no file)
+
+Each provider is a module satisfying `base.Provider`, listed in `PROVIDERS`. Provider modules
+import their SDK only inside their functions, so importing this package is cheap.
+
+Endpoints (for private endpoints and for tests): boto3 reads AWS_ENDPOINT_URL itself;
+ORCHESTRATE_GCP_ENDPOINT sets the Compute Engine API endpoint; ORCHESTRATE_AZURE_ENDPOINT sets
+the Azure Resource Manager endpoint (and turns off Entra instance discovery, which would
+otherwise ask login.microsoftonline.com about a custom AZURE_AUTHORITY_HOST).
+"""
+from __future__ import annotations
+
+from ..errors import MissingDependency, PreflightError
+from . import aws, azure, gcp, local
+from .base import FAIL, OK, WARN, CheckResult, Provider
+
+PROVIDERS: dict[str, Provider] = {
+    "aws": aws,
+    "gcp": gcp,
+    "azure": azure,
+    "local": local,
+}
+
+__all__ = ["CheckResult", "PROVIDERS", "OK", "WARN", "FAIL", "check_cluster", "ensure_ready",
+           "check_credentials", "failures"]
+
+
+def _provider(spec) -> Provider:
+    try:
+        return PROVIDERS[spec.provider]
+    except KeyError:
+        raise PreflightError(f"{spec.path}: no preflight checks for provider {spec.provider!r}",
+                             hint=f"providers: {', '.join(PROVIDERS)}") from None
+
+
+def check_cluster(spec) -> list[CheckResult]:
+    """Every check for one cluster spec; raises MissingDependency when its SDK is missing."""
+    return list(_provider(spec).check(spec))
+
+
+def failures(results: list[CheckResult]) -> list[CheckResult]:
+    return [r for r in results if r.status == FAIL]
+
+
+def ensure_ready(spec) -> list[CheckResult]:
+    """Run the checks; raise PreflightError naming each failure, else return the results."""
+    results = check_cluster(spec)
+    failed = failures(results)
+    if failed:
+        lines = []
+        for result in failed:
+            where = f"{spec.path}:{result.line}" if result.line else str(spec.path)
+            field = f" {result.field}:" if result.field else ""
+            hint = f" ({result.hint})" if result.hint else ""
+            lines.append(f"{where}:{field} {result.detail}{hint}")
+        raise PreflightError(
+            f"preflight failed for {spec.name} ({len(failed)} problem"
+            f"{'s' if len(failed) > 1 else ''}):\n  " + "\n  ".join(lines),
+            hint="fix the cluster YAML, or run with --skip-preflight to launch anyway",
+        )
+    return results
+
+
+def check_credentials() -> list[CheckResult]:
+    """One row per cloud: ok when its credentials work, warn (with how to fix) when not."""
+    rows = []
+    for name, provider in PROVIDERS.items():
+        try:
+            result = provider.credentials()
+        except MissingDependency as exc:
+            result = CheckResult(f"{name} credentials", WARN, exc.message, exc.hint)
+        if result.status == FAIL:
+            result = CheckResult(result.name, WARN, f"not usable: {result.detail}", result.hint)
+        rows.append(result)
+    return rows
