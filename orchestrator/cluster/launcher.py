@@ -39,7 +39,8 @@ DIAGNOSES = (
      "`ray` must be on the login shell's PATH of the node, or named by absolute path"),
 )
 
-_NOISE = ("File Mount:", "If you experience issues with the cloud provider")
+_NOISE = ("File Mount:", "If you experience issues with the cloud provider", "!!!",
+          "Full traceback:", "Exception details:")
 
 Progress = Callable[[str], None]
 

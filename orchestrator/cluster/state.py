@@ -138,6 +138,8 @@ def token_path(name: str) -> Path:
 def ensure_token(name: str) -> Path:
     """The cluster's auth token file, created once (0600) and reused for the cluster's life."""
     path = token_path(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
     if not path.exists():
         # Same shape as Ray's own generator: 256 bits, hex.
         atomic_write(path, secrets.token_hex(32), mode=0o600)

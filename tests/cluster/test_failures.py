@@ -1,0 +1,109 @@
+"""Failures over real SSH: each gives a clear message, a record saying where things stand, and
+a `down` that cleans up (no Ray process of the cluster left)."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from .conftest import cli_env, orchestrate
+from .machine import run
+from .test_e2e import wait_until
+
+pytestmark = [pytest.mark.ssh, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def machine(make_machine):
+    return make_machine()
+
+
+@pytest.fixture
+def env(tmp_path):
+    # Ray waits up to this long for SSH on a node: keep failures quick in tests.
+    return {**cli_env(tmp_path / "home"), "AUTOSCALER_NODE_START_WAIT_S": "10"}
+
+
+def record_of(env, name) -> dict | None:
+    done = orchestrate(env, "status", "--format", "json")
+    rows = [r for r in json.loads(done.stdout) if r["name"] == name]
+    return rows[0] if rows else None
+
+
+def down_cleans_up(env, name, machine) -> None:
+    done = orchestrate(env, "down", name, "-y")
+    assert done.returncode == 0, done.stderr
+    assert record_of(env, name) is None
+    assert wait_until(lambda: not machine.user.ray_pids("ray|gcs_server|raylet"), 30)
+
+
+def test_wrong_key(machine, env, tmp_path):
+    other = tmp_path / "other_key"
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)])
+    name = f"key-{machine.user.name}"
+    path = machine.cluster_file(name, auth={"ssh_user": machine.user.name,
+                                            "ssh_private_key": str(other)})
+    done = orchestrate(env, "up", str(path), "-y", "--skip-preflight", timeout=300)
+    assert done.returncode == 1
+    assert "SSH refused the key" in done.stderr and "Traceback" not in done.stderr
+    record = record_of(env, name)
+    assert record["state"] == "failed" and "SSH refused the key" in record["message"]
+    down_cleans_up(env, name, machine)
+
+
+def test_unreachable_head(machine, env):
+    name = f"unreach-{machine.user.name}"
+    nobody = machine.ips[0].rsplit(".", 1)[0] + ".9"   # loopback, but no sshd there
+    path = machine.cluster_file(name, provider={"type": "local", "head_ip": nobody,
+                                                "worker_ips": machine.ips[1:]})
+    done = orchestrate(env, "up", str(path), "-y", "--skip-preflight", timeout=300)
+    assert done.returncode == 1
+    assert "nothing accepts SSH connections" in done.stderr
+    assert record_of(env, name)["state"] == "failed"
+    down_cleans_up(env, name, machine)
+
+
+def test_ray_up_failing_after_ray_started_on_the_head(machine, env):
+    name = f"mid-{machine.user.name}"
+    path = machine.cluster_file(name)
+    config = yaml.safe_load(path.read_text())
+    config["head_start_ray_commands"].append("echo setup broke >&2; exit 7")
+    path.write_text(yaml.safe_dump(config))
+    done = orchestrate(env, "up", str(path), "-y", "--skip-preflight", timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "down" in done.stderr   # the hint says how to clean up
+    assert record_of(env, name)["state"] == "failed"
+    assert machine.user.ray_pids("gcs_server"), "Ray was started before the failure"
+    down_cleans_up(env, name, machine)
+
+
+def test_ctrl_c_during_up(machine, env, tmp_path):
+    name = f"intr-{machine.user.name}"
+    path = machine.cluster_file(name)
+    logins = machine.sshd.accepted_logins()
+    process = subprocess.Popen([sys.executable, "-m", "orchestrator", "up", str(path), "-y",
+                                "--skip-preflight"], env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Interrupt once `ray up` is working on the head over SSH.
+        assert wait_until(lambda: machine.sshd.accepted_logins() > logins, 120)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    assert record_of(env, name)["state"] == "interrupted"
+    # No `ray up` of ours is left running.
+    left = subprocess.run(["pgrep", "-f", f"ray.scripts.scripts up .*{name}"],
+                          capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+    time.sleep(1)
+    down_cleans_up(env, name, machine)
