@@ -96,10 +96,14 @@ def check(spec) -> list[CheckResult]:
 
 def _check_location(checks: Checks, compute, provider: dict):
     """Project, region and zone; returns the Region (with its quotas) or None."""
-    from google.api_core.exceptions import Forbidden, NotFound
+    from google.api_core.exceptions import Forbidden, NotFound, Unauthorized
     project, region_name, zone_name = (provider[k] for k in ("project_id", "region", "availability_zone"))
     try:
         compute.ProjectsClient.get(project=project, timeout=TIMEOUT)
+    except Unauthorized as exc:
+        checks.fail("project", f"Google refused the credentials: {sdk_message(exc)}", CREDENTIALS_HINT,
+                    ("provider", "project_id"))
+        return None
     except (NotFound, Forbidden) as exc:
         checks.fail("project", f"project {project!r} is not usable: {sdk_message(exc)}",
                     "check provider.project_id, the credentials' access to it, and that the "
@@ -146,6 +150,7 @@ def _check_node_types(checks: Checks, compute, provider: dict) -> dict:
     from google.api_core.exceptions import NotFound
     project, region, zone = (provider[k] for k in ("project_id", "region", "availability_zone"))
     needs: dict = {}
+    seen: dict = {}  # machine type -> MachineType, fetched once
     for name, node_type in node_types(checks.spec.document):
         config = node_type.get("node_config") or {}
         scheduling = config.get("scheduling") or {}
@@ -158,8 +163,10 @@ def _check_node_types(checks: Checks, compute, provider: dict) -> dict:
             machine = _basename(config["machineType"])
             path = node_path(name, "machineType")
             try:
-                found = compute.MachineTypesClient.get(
-                    project=project, zone=zone, machine_type=machine, timeout=TIMEOUT)
+                if machine not in seen:
+                    seen[machine] = compute.MachineTypesClient.get(
+                        project=project, zone=zone, machine_type=machine, timeout=TIMEOUT)
+                found = seen[machine]
             except NotFound:
                 offering = _zones_offering(compute.MachineTypesClient, project, machine, region)
                 if offering:

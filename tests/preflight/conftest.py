@@ -17,6 +17,9 @@ from .wire import FakeCloud
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 GCP_PROJECT = "orchestrate-test"
+# A universe domain of its own: google-auth looks up a "regional access boundary" at
+# iamcredentials.googleapis.com after each token refresh in the default universe only.
+GCP_UNIVERSE = "preflight.test"
 AZURE_TENANT = "a1b2c3d4-0000-4000-8000-000000000001"
 AZURE_SUBSCRIPTION = "00000000-1111-4222-8333-444444444444"
 
@@ -110,18 +113,23 @@ def _service_account_file(folder, token_uri: str):
         "type": "service_account", "project_id": GCP_PROJECT, "private_key_id": "0123abcd",
         "private_key": pem, "client_email": f"preflight@{GCP_PROJECT}.iam.gserviceaccount.com",
         "client_id": "100000000000000000001", "token_uri": token_uri,
+        "universe_domain": GCP_UNIVERSE,
     }))
     return path
 
 
 @pytest.fixture
 def gcp(fake_cloud, tmp_path, monkeypatch):
-    """Application Default Credentials from a service-account file whose token_uri is the fake."""
-    fake_cloud.route("POST", "/token", fake_cloud.recorded("gcp/token.json"))
+    """Application Default Credentials from a service-account key file (a fresh RSA key).
+
+    In a universe other than googleapis.com, google-auth signs a self-signed JWT with the key
+    instead of exchanging it at token_uri (which points at the fake all the same).
+    """
     key_file = _service_account_file(tmp_path, fake_cloud.url + "/token")
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
     monkeypatch.setenv("ORCHESTRATE_GCP_ENDPOINT", fake_cloud.url)
+    monkeypatch.setenv("GOOGLE_CLOUD_UNIVERSE_DOMAIN", GCP_UNIVERSE)
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     return fake_cloud
 

@@ -65,7 +65,8 @@ class FakeCloud:
                 body = self.rfile.read(length).decode() if length else ""
                 path = unquote(parts.path)
                 request = {"method": self.command, "path": path, "body": body,
-                           "query": parse_qs(parts.query), "headers": dict(self.headers.items())}
+                           "query": parse_qs(parts.query),
+                           "headers": {k.lower(): v for k, v in self.headers.items()}}
                 fake.requests.append(request)
                 status, reply = fake.routes.get((self.command, path), (501, {
                     "error": {"code": 501, "message": f"no recorded response for {self.command} {path}"}}))
