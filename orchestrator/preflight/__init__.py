@@ -14,6 +14,8 @@ otherwise ask login.microsoftonline.com about a custom AZURE_AUTHORITY_HOST).
 """
 from __future__ import annotations
 
+import logging
+
 from ..errors import MissingDependency, PreflightError
 from . import aws, azure, gcp, local
 from .base import FAIL, OK, WARN, CheckResult, Provider
@@ -24,6 +26,11 @@ PROVIDERS: dict[str, Provider] = {
     "azure": azure,
     "local": local,
 }
+
+# The SDKs log retries and credential-chain failures as warnings; with no logging set up those
+# would reach the terminal. Preflight reports them as results instead.
+for _name in ("azure", "botocore", "boto3", "google", "urllib3"):
+    logging.getLogger(_name).addHandler(logging.NullHandler())
 
 __all__ = ["CheckResult", "PROVIDERS", "OK", "WARN", "FAIL", "check_cluster", "ensure_ready",
            "check_credentials", "failures"]
@@ -39,7 +46,13 @@ def _provider(spec) -> Provider:
 
 def check_cluster(spec) -> list[CheckResult]:
     """Every check for one cluster spec; raises MissingDependency when its SDK is missing."""
-    return list(_provider(spec).check(spec))
+    results = list(_provider(spec).check(spec))
+    if spec.provider != "local" and not spec.document.get("available_node_types"):
+        results.append(CheckResult(
+            "node types", WARN, "no available_node_types: Ray fills in its default node types "
+            f"for {spec.provider}, which are not checked here",
+            "describe the node types in the file to have them checked", "available_node_types"))
+    return results
 
 
 def failures(results: list[CheckResult]) -> list[CheckResult]:

@@ -36,7 +36,10 @@ def _token(credential) -> tuple[str, str, str | None]:
     try:
         credential.get_token(SCOPE)
     except ClientAuthenticationError as exc:
-        return FAIL, f"no usable Azure credentials: {sdk_message(exc)}", CREDENTIALS_HINT
+        # DefaultAzureCredential's first line is generic; each credential's reason follows.
+        reasons = [line.strip() for line in str(exc).splitlines()[1:] if "Credential: " in line]
+        detail = "; ".join(reasons)[:400] if reasons else sdk_message(exc)
+        return FAIL, f"no usable Azure credentials: {detail}", CREDENTIALS_HINT
     except AzureError as exc:
         return FAIL, f"could not get an Azure token: {sdk_message(exc)}", CREDENTIALS_HINT
     return OK, "a Resource Manager token was issued", None
@@ -112,7 +115,7 @@ def _restriction(sku, location: str) -> str | None:
     for restriction in sku.restrictions or []:
         if str(restriction.type).lower().endswith("location") and \
                 location.lower() in [v.lower() for v in restriction.values_property or []]:
-            return str(restriction.reason_code or "restricted")
+            return str(getattr(restriction.reason_code, "value", restriction.reason_code) or "restricted")
     return None
 
 
