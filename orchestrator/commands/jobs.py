@@ -1,0 +1,38 @@
+"""orchestrate jobs: the jobs on a cluster or on the embedded local Ray."""
+from __future__ import annotations
+
+import time
+
+from ..output import add_format_argument, emit_json, print_table
+
+HELP = "list the jobs on a cluster (default: the embedded local Ray)"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--cluster", metavar="NAME|CLUSTER.yaml", help="the cluster to ask")
+    add_format_argument(parser)
+
+
+def _when(ms) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
+
+
+def run(args) -> int:
+    from ..jobs import targets
+
+    with targets.existing(args.cluster) as jobs:
+        rows = [{"job_id": j.submission_id, "status": str(getattr(j.status, "value", j.status)),
+                 "experiment": (j.metadata or {}).get("experiment", ""),
+                 "start_time": j.start_time, "end_time": j.end_time,
+                 "message": j.message or ""} for j in jobs.list()]
+    rows.sort(key=lambda r: r["start_time"] or 0)
+    if args.format == "json":
+        emit_json(rows)
+        return 0
+    if not rows:
+        print("no jobs")
+        return 0
+    print_table([[r["job_id"], r["status"], r["experiment"], _when(r["start_time"]),
+                  _when(r["end_time"])] for r in rows],
+                ["JOB", "STATUS", "EXPERIMENT", "STARTED", "ENDED"])
+    return 0

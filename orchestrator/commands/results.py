@@ -1,0 +1,57 @@
+"""orchestrate results RUN: a finished run's metrics, best checkpoint and plot."""
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import JobError
+from ..output import add_format_argument, emit_json, print_table
+
+HELP = "show a run's final metrics, best checkpoint, metrics history and plot"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("run", metavar="RUN",
+                        help="a run name, a job id, or the run's folder (path or URI)")
+    add_format_argument(parser)
+
+
+def find_summary(key: str) -> dict:
+    from ..jobs import registry
+    from ..runtime import results
+
+    summary = registry.run(key)
+    if summary is None and registry.job(key):
+        summary = registry.run(registry.job(key).get("name") or "")
+    if summary is None and ("/" in key or "://" in key):
+        uri = key if "://" in key else os.path.abspath(key)
+        data = results.read_bytes(results.join(uri, results.FOLDER, "summary.json"))
+        summary = json.loads(data) if data else None
+    if summary is None:
+        raise JobError(f"no results for {key!r}",
+                       hint="give a run name from `orchestrate run`, a job id, or a run folder")
+    return summary
+
+
+def show(summary: dict, fmt: str = "text") -> None:
+    """The results table shared with `orchestrate run`."""
+    if fmt == "json":
+        emit_json(summary)
+        return
+    rows = [[k, _number(v)] for k, v in (summary.get("metrics") or {}).items()]
+    if summary.get("best_config") is not None:
+        rows.append(["best config", json.dumps(summary["best_config"], sort_keys=True)])
+    for key, label in (("best_checkpoint", "best checkpoint"), ("wall_time_s", "wall time (s)"),
+                       ("run_path", "run folder"), ("history_csv", "history"), ("plot", "plot")):
+        if summary.get(key) is not None:
+            rows.append([label, _number(summary[key])])
+    print_table(rows, [f"RUN {summary.get('name', '')}", summary.get("status", "")])
+
+
+def _number(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def run(args) -> int:
+    show(find_summary(args.run), args.format)
+    return 0

@@ -1,0 +1,30 @@
+"""orchestrate stop JOB: stop a running job (the cluster keeps running)."""
+from __future__ import annotations
+
+from ..errors import JobError
+from ..output import info
+
+HELP = "stop a running job, or with --local-ray shut down the embedded local Ray"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("job", nargs="?", metavar="JOB", help="the job's submission id")
+    parser.add_argument("--cluster", metavar="NAME|CLUSTER.yaml",
+                        help="the job's cluster (default: where this machine submitted it)")
+    parser.add_argument("--local-ray", action="store_true",
+                        help="shut down the embedded local Ray (and every job on it)")
+
+
+def run(args) -> int:
+    from ..jobs import local, targets
+
+    if args.local_ray:
+        info("local Ray stopped" if local.shutdown() else "no local Ray is running")
+        return 0
+    if not args.job:
+        raise JobError("name the job to stop", hint="`orchestrate jobs` lists them")
+    with targets.existing(args.cluster, args.job) as jobs:
+        stopped = jobs.stop(args.job)
+        status = jobs.status(args.job)
+    info(f"job {args.job}: {'stop requested' if stopped else 'was not running'} ({status})")
+    return 0

@@ -1,0 +1,1 @@
+"""Getting experiments onto Ray: the embedded local Ray, submission, following, results."""
