@@ -38,7 +38,7 @@ def _client(session, service: str, region: str | None = None):
 
 
 def _error_code(exc) -> str:
-    return getattr(exc, "response", {}).get("Error", {}).get("Code", "") or type(exc).__name__
+    return ((getattr(exc, "response", None) or {}).get("Error") or {}).get("Code") or type(exc).__name__
 
 
 def _identity(session, region: str | None) -> tuple[str, str, str | None]:

@@ -162,7 +162,7 @@ def quotas(aws, fake_cloud, monkeypatch):
     limits = {"L-3819A6DF": 8.0}
 
     def get_service_quota(request):
-        assert request["headers"]["X-Amz-Target"] == "ServiceQuotasV20190624.GetServiceQuota"
+        assert request["headers"]["x-amz-target"] == "ServiceQuotasV20190624.GetServiceQuota"
         code = json.loads(request["body"])["QuotaCode"]
         if code == "L-1216C47A":
             return 200, fake_cloud.recorded("aws/get-service-quota-L-1216C47A.json")

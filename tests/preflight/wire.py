@@ -56,6 +56,7 @@ class FakeCloud:
         self.cert, key = make_certificate(folder)
         self.routes: dict[tuple[str, str], tuple[int, object]] = {}
         self.requests: list[dict] = []
+        self.errors: list[str] = []  # exceptions raised by route functions
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -71,7 +72,11 @@ class FakeCloud:
                 status, reply = fake.routes.get((self.command, path), (501, {
                     "error": {"code": 501, "message": f"no recorded response for {self.command} {path}"}}))
                 if callable(reply):  # chooses a recorded reply from the request
-                    status, reply = reply(request)
+                    try:
+                        status, reply = reply(request)
+                    except Exception as exc:  # noqa: BLE001 - reported by close()
+                        fake.errors.append(f"{self.command} {path}: {exc!r}")
+                        status, reply = 500, {"error": {"code": 500, "message": repr(exc)}}
                 data = json.dumps(reply).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -109,3 +114,4 @@ class FakeCloud:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(timeout=5)
+        assert not self.errors, f"route functions failed: {self.errors}"
