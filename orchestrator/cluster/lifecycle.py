@@ -126,7 +126,10 @@ def _stop_local_workers(config: dict, progress: Progress) -> None:
 
     def stop(ip: str) -> str | None:
         try:
-            run_remote(auth, ip, "ray stop", timeout=60)
+            # A worker the head's autoscaler was still starting may come up after the first
+            # `ray stop`: end any `ray start` in flight, then stop again.
+            run_remote(auth, ip, 'ray stop; pkill -u "$(id -u)" -f "[r]ay start"; sleep 2; '
+                                 'ray stop', timeout=90)
         except ClusterError as exc:
             return exc.message
         return None

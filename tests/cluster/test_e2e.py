@@ -118,3 +118,46 @@ def wait_until(predicate, timeout: float) -> bool:
 
 
 __all__ = ["submit_and_wait", "tear_down", "wait_until"]
+
+
+def test_ssh_forward_reaches_a_loopback_only_port_on_the_head(ssh_cluster):
+    """The cloud path: a dashboard bound to the head's 127.0.0.1 is reached via `ssh -L`."""
+    import http.server
+    import threading
+
+    from orchestrator.cluster.access import forward
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"hello from the head's loopback")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Hello)  # this host is the "head"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    machine = ssh_cluster.machine
+    auth = {"ssh_user": machine.user.name, "ssh_private_key": str(machine.sshd.client_key)}
+    logins = machine.sshd.accepted_logins()
+    try:
+        with forward(auth, machine.ips[0], server.server_port, timeout=20) as port:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
+                assert response.read() == b"hello from the head's loopback"
+        assert machine.sshd.accepted_logins() == logins + 1
+        assert wait_until(lambda: http_status_or_none(f"http://127.0.0.1:{port}/") is None, 10)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def http_status_or_none(url: str):
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None

@@ -39,7 +39,10 @@ def down_cleans_up(env, name, machine) -> None:
     done = orchestrate(env, "down", name, "-y")
     assert done.returncode == 0, done.stderr
     assert record_of(env, name) is None
-    assert wait_until(lambda: not machine.user.ray_pids("ray|gcs_server|raylet"), 30)
+    left = lambda: machine.user.ray_pids("ray|gcs_server|raylet")  # noqa: E731
+    assert wait_until(lambda: not left(), 30), subprocess.run(
+        ["ps", "-o", "pid,etimes,args", "-p", ",".join(map(str, left())) or "1"],
+        capture_output=True, text=True).stdout
 
 
 def test_wrong_key(machine, env, tmp_path):
