@@ -22,13 +22,8 @@ def add_arguments(parser) -> None:
 
 
 def _preflight(spec) -> None:
-    try:
-        from ..preflight import ensure_ready
-    except ModuleNotFoundError as exc:  # TODO(lead): drop once orchestrator.preflight has landed
-        if exc.name != "orchestrator.preflight":
-            raise
-        info("warning: preflight checks are not available in this version; skipping them")
-        return
+    from ..preflight import ensure_ready
+
     ensure_ready(spec)
 
 
