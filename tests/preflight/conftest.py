@@ -15,6 +15,8 @@ import pytest
 
 from .wire import FakeCloud
 
+os.environ["NO_GCE_CHECK"] = "true"  # before anything imports google.auth (see _loopback_only)
+
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 GCP_PROJECT = "orchestrate-test"
 # A universe domain of its own: google-auth looks up a "regional access boundary" at
@@ -34,14 +36,57 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _is_loopback(host) -> bool:
+    import ipaddress
+
+    if host in ("localhost", "", None):
+        return True
+    try:
+        return ipaddress.ip_address(str(host).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
 @pytest.fixture(autouse=True)
-def _loopback_only(monkeypatch):
-    """No proxy (it would carry loopback requests off the machine); no metadata probes."""
+def _loopback_only(monkeypatch, tmp_path):
+    """No proxy (it would carry loopback requests off the machine); no metadata probes; and any
+    attempt of this process to resolve or connect to anything but loopback fails the test."""
     for key in PROXY_VARIABLES:
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("NO_GCE_CHECK", "True")
+    # google-auth compares NO_GCE_CHECK with lowercase "true" (so "True" does nothing), once,
+    # when google.auth.compute_engine._metadata is first imported: set it, and where the module
+    # was imported before (under another value), give it the value the variable would have.
+    monkeypatch.setenv("NO_GCE_CHECK", "true")
+    metadata = sys.modules.get("google.auth.compute_engine._metadata")
+    if metadata is not None:
+        monkeypatch.setattr(metadata, "_NO_GCE_CHECK", True)
+    # DefaultAzureCredential narrowed to environment credentials: no managed-identity probe.
+    monkeypatch.setenv("AZURE_TOKEN_CREDENTIALS", "EnvironmentCredential")
+    for key in ("AZURE_CLIENT_ID", "AZURE_TENANT_ID", "AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PATH",
+                "AZURE_USERNAME", "AZURE_FEDERATED_TOKEN_FILE", "GOOGLE_APPLICATION_CREDENTIALS"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))  # no gcloud login is found
+    attempts = []
+    real_getaddrinfo, real_connect = socket.getaddrinfo, socket.socket.connect
+
+    def getaddrinfo(host, *args, **kwargs):
+        if not _is_loopback(host):
+            attempts.append(host)
+            raise socket.gaierror(f"test guard: no lookups of {host!r}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    def connect(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and not _is_loopback(address[0]):
+            attempts.append(address[0])
+            raise OSError(f"test guard: no connections to {address[0]!r}")
+        return real_connect(sock, address)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    yield
+    assert attempts == [], f"tried to reach non-loopback addresses: {attempts}"
 
 
 @pytest.fixture(scope="session")
@@ -127,7 +172,6 @@ def gcp(fake_cloud, tmp_path, monkeypatch):
     """
     key_file = _service_account_file(tmp_path, fake_cloud.url + "/token")
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(key_file))
-    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
     monkeypatch.setenv("ORCHESTRATE_GCP_ENDPOINT", fake_cloud.url)
     monkeypatch.setenv("GOOGLE_CLOUD_UNIVERSE_DOMAIN", GCP_UNIVERSE)
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
