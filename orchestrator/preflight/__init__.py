@@ -87,6 +87,6 @@ def check_credentials() -> list[CheckResult]:
         except MissingDependency as exc:
             result = CheckResult(f"{name} credentials", WARN, exc.message, exc.hint)
         if result.status == FAIL:
-            result = CheckResult(result.name, WARN, f"not usable: {result.detail}", result.hint)
+            result = CheckResult(result.name, WARN, result.detail, result.hint)
         rows.append(result)
     return rows

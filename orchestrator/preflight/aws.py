@@ -102,7 +102,8 @@ def _check_region(checks: Checks, session, ec2, region: str) -> list[str] | None
     path = ("provider", "region")
     if known and region not in known:
         checks.fail("region", f"there is no AWS region {region!r}",
-                    suggest(region, known, "AWS regions"), path)
+                    suggest(region, known, "AWS regions") + "; a region newer than this boto3 "
+                    "needs a newer boto3", path)
         return None
     try:
         reply = ec2.describe_availability_zones()
@@ -260,14 +261,16 @@ def _check_quotas(checks: Checks, session, region: str, described: dict) -> None
     for code, need in sorted(worst_case(document, group, vcpus).items(), key=str):
         if isinstance(code, tuple):
             checks.warn("vCPU quota", f"no known vCPU quota for the {code[1]} family; "
-                        f"the worst case needs {need} vCPUs", "check it in Service Quotas")
+                        f"the worst case needs {need} vCPUs", "check it in Service Quotas",
+                        ("max_workers",))
             continue
         try:
             quota = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]
         except (BotoCoreError, ClientError) as exc:
             checks.warn("vCPU quota", f"could not read quota {code} ({_error_code(exc)}); the "
                         f"worst case needs {need} vCPUs",
-                        "allow servicequotas:GetServiceQuota, or check the quota by hand")
+                        "allow servicequotas:GetServiceQuota, or check the quota by hand",
+                        ("max_workers",))
             continue
         label = quota.get("QuotaName", code)
         compare_quota(checks, "vCPU quota", f"vCPUs of {label!r}", need, quota["Value"], None,

@@ -193,3 +193,14 @@ def test_spot_gpu_quota_large_enough_passes(quotas, cluster):
     quotas["L-3819A6DF"] = 64.0
     results = by_name(check_cluster(cluster(aws_yaml(spot=True))), "vCPU quota")
     assert [r.status for r in results] == [OK, OK]
+
+
+def test_rejected_credentials_stop_before_any_ec2_call(aws, fake_cloud, cluster, monkeypatch):
+    """moto accepts any key, so STS's refusal is replayed from a recorded reply at the wire."""
+    fake_cloud.route("POST", "/", fake_cloud.recorded("aws/sts-invalid-client-token-id.xml"), 403)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_STS", fake_cloud.url)
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(fake_cloud.cert))
+    results = check_cluster(cluster(aws_yaml()))
+    assert [(r.name, r.status) for r in results] == [("credentials", FAIL)]
+    assert results[0].detail == "AWS rejected the credentials (InvalidClientTokenId)"
+    assert "Action=GetCallerIdentity" in fake_cloud.requests[0]["body"]

@@ -218,3 +218,12 @@ def test_no_credentials_at_all(gcp, cluster, monkeypatch):
     results = check_cluster(cluster(gcp_yaml()))
     assert [(r.name, r.status) for r in results] == [("credentials", FAIL)]
     assert gcp.requests == []
+
+
+def test_project_without_the_compute_api(gcp, cluster):
+    serve(gcp)
+    gcp.route("GET", API, gcp.recorded("gcp/forbidden.json"), 403)
+    result = only(check_cluster(cluster(gcp_yaml())), "project")
+    assert result.status == FAIL and "Compute Engine API has not been used" in result.detail
+    assert result.field == "provider.project_id" and result.line == 3
+    assert [r["path"] for r in gcp.requests] == [API]

@@ -77,9 +77,10 @@ class FakeCloud:
                     except Exception as exc:  # noqa: BLE001 - reported by close()
                         fake.errors.append(f"{self.command} {path}: {exc!r}")
                         status, reply = 500, {"error": {"code": 500, "message": repr(exc)}}
-                data = json.dumps(reply).encode()
+                text = isinstance(reply, str)  # XML (AWS query APIs) is kept as text
+                data = reply.encode() if text else json.dumps(reply).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Type", "text/xml" if text else "application/json; charset=utf-8")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -105,7 +106,7 @@ class FakeCloud:
         text = (RECORDED / name).read_text()
         for key, value in {"base": self.url, **values}.items():
             text = text.replace("{" + key + "}", str(value))
-        return json.loads(text)
+        return json.loads(text) if name.endswith(".json") else text
 
     def paths(self, method: str | None = None) -> list[str]:
         return [r["path"] for r in self.requests if method in (None, r["method"])]
