@@ -24,6 +24,11 @@ def _endpoint() -> dict:
     return {"base_url": endpoint} if endpoint else {}
 
 
+def _client_options() -> dict:
+    """Endpoint plus short timeouts and few retries: a preflight answers in seconds or fails."""
+    return {**_endpoint(), "connection_timeout": 10, "read_timeout": 30, "retry_total": 2}
+
+
 def _credential():
     require("azure.mgmt.compute", "azure-mgmt-compute", EXTRA)
     identity = require("azure.identity", "azure-identity", EXTRA)
@@ -71,7 +76,7 @@ def check(spec) -> list[CheckResult]:
     try:
         if _check_subscription(checks, credential, subscription, location):
             from azure.mgmt.compute import ComputeManagementClient
-            compute = ComputeManagementClient(credential, subscription, **_endpoint())
+            compute = ComputeManagementClient(credential, subscription, **_client_options())
             skus = _check_vm_sizes(checks, compute, location)
             _check_quotas(checks, compute, location, skus)
     except AzureError as exc:
@@ -83,7 +88,7 @@ def check(spec) -> list[CheckResult]:
 def _check_subscription(checks: Checks, credential, subscription: str, location: str) -> bool:
     from azure.core.exceptions import HttpResponseError
     from azure.mgmt.subscription import SubscriptionClient
-    client = SubscriptionClient(credential, **_endpoint())
+    client = SubscriptionClient(credential, **_client_options())
     path = ("provider", "subscription_id")
     try:
         found = client.subscriptions.get(subscription)
