@@ -82,12 +82,12 @@ def check(spec) -> list[CheckResult]:
         return checks.results
     compute = _Compute(creds)
     try:
-        region = _check_location(checks, compute, provider)
-        if region is None:
+        located = _check_location(checks, compute, provider)
+        if located is None:
             return checks.results
         needs = _check_node_types(checks, compute, provider)
         _check_images(checks, compute)
-        _check_quotas(checks, region, needs)
+        _check_quotas(checks, *located, needs)
     except (api.GoogleAPICallError, auth.GoogleAuthError) as exc:
         checks.fail("gcp", f"Compute Engine call failed: {sdk_message(exc)}",
                     "check the credentials' roles (compute.viewer at least) and the network")
@@ -95,11 +95,11 @@ def check(spec) -> list[CheckResult]:
 
 
 def _check_location(checks: Checks, compute, provider: dict):
-    """Project, region and zone; returns the Region (with its quotas) or None."""
+    """Project, region and zone; returns (Project, Region), both with their quotas, or None."""
     from google.api_core.exceptions import Forbidden, NotFound, Unauthorized
     project, region_name, zone_name = (provider[k] for k in ("project_id", "region", "availability_zone"))
     try:
-        compute.ProjectsClient.get(project=project, timeout=TIMEOUT)
+        found = compute.ProjectsClient.get(project=project, timeout=TIMEOUT)
     except Unauthorized as exc:
         checks.fail("project", f"Google refused the credentials: {sdk_message(exc)}", CREDENTIALS_HINT,
                     ("provider", "project_id"))
@@ -130,7 +130,7 @@ def _check_location(checks: Checks, compute, provider: dict):
                     f"zones of {region_name}: {listing(zones)}", path)
         return None
     checks.ok("zone", f"{zone_name} ({zone.status or 'UP'})", path)
-    return region
+    return found, region
 
 
 def _zones_offering(client, project: str, name: str, region: str) -> list[str]:
@@ -243,7 +243,7 @@ def _check_images(checks: Checks, compute) -> None:
                 checks.ok("image", f"{source} -> {found.name}", path)
 
 
-def _check_quotas(checks: Checks, region, needs: dict) -> None:
+def _check_quotas(checks: Checks, project, region, needs: dict) -> None:
     quotas = {q.metric: q for q in region.quotas}
     document = checks.spec.document
 
@@ -268,3 +268,14 @@ def _check_quotas(checks: Checks, region, needs: dict) -> None:
         quota = quotas.get(metric)
         compare_quota(checks, "quota", metric, need, quota and quota.limit, quota and quota.usage,
                       region.name, f"request more {metric} quota", "see IAM & Admin > Quotas")
+    # Project-wide: every vCPU and every GPU, in any region, also counts against these two.
+    project_quotas = {q.metric: q for q in project.quotas}
+    for metric, suffix in (("CPUS_ALL_REGIONS", "CPUS"), ("GPUS_ALL_REGIONS", "_GPUS")):
+        per_type = {n: sum(v for m, v in a.items() if m.endswith(suffix)) for n, a in amounts.items()}
+        need = worst_case(document, lambda n, t: metric if per_type.get(n) else None,
+                          lambda n, t: per_type[n]).get(metric, 0)
+        quota = project_quotas.get(metric)
+        if need:
+            compare_quota(checks, "quota", metric, need, quota and quota.limit, quota and quota.usage,
+                          f"project {project.name}", f"request more {metric} quota",
+                          "see IAM & Admin > Quotas")

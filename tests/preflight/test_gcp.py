@@ -56,9 +56,9 @@ def not_found(cloud, resource):
     return cloud.recorded("gcp/not-found.json", resource=resource)
 
 
-def serve(cloud, cpus=48, preemptible_t4=4):
+def serve(cloud, cpus=48, preemptible_t4=4, cpus_all=64, gpus_all=8):
     """The recorded replies of a project where the default cluster fits."""
-    cloud.route("GET", API, cloud.recorded("gcp/project.json"))
+    cloud.route("GET", API, cloud.recorded("gcp/project.json", cpus_all=cpus_all, gpus_all=gpus_all))
     cloud.route("GET", f"{API}/regions/us-central1",
                 cloud.recorded("gcp/region-us-central1.json", cpus=cpus, preemptible_t4=preemptible_t4))
     cloud.route("GET", f"{API}/zones/us-central1-a", cloud.recorded("gcp/zone-us-central1-a.json"))
@@ -80,6 +80,8 @@ def test_a_launchable_cluster_passes_and_uses_real_credentials(gcp, cluster):
     # head 8 + 4 preemptible workers x 8 (PREEMPTIBLE_CPUS has limit 0, so they count as CPUS)
     assert "needs 40, 44 free" in quotas["CPUS"]
     assert "needs 4, 4 free" in quotas["PREEMPTIBLE_NVIDIA_T4_GPUS"]
+    assert "needs 40, 60 free" in quotas["CPUS_ALL_REGIONS"]
+    assert "needs 4, 8 free" in quotas["GPUS_ALL_REGIONS"]
     api_calls = [r for r in gcp.requests if r["path"].startswith("/compute/")]
     assert len(api_calls) == 7 and len(gcp.requests) == 7
     for call in api_calls:  # every call carries the JWT google-auth signed with the key file
@@ -227,3 +229,11 @@ def test_project_without_the_compute_api(gcp, cluster):
     assert result.status == FAIL and "Compute Engine API has not been used" in result.detail
     assert result.field == "provider.project_id" and result.line == 3
     assert [r["path"] for r in gcp.requests] == [API]
+
+
+def test_project_wide_gpu_quota_of_a_new_project(gcp, cluster):
+    serve(gcp, gpus_all=0)  # new projects start with GPUS_ALL_REGIONS = 0
+    failed = [r for r in by_name(check_cluster(cluster(gcp_yaml())), "quota") if r.status == FAIL]
+    assert [r.detail for r in failed] == [
+        "the worst case needs 4 GPUS_ALL_REGIONS in project orchestrate-test; 0 free (limit 0, in use 0)"]
+    assert failed[0].hint == "lower max_workers, or request more GPUS_ALL_REGIONS quota"
