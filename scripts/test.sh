@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export AWS_EC2_METADATA_DISABLED=true NO_GCE_CHECK=True RAY_USAGE_STATS_ENABLED=0
+export AWS_EC2_METADATA_DISABLED=true NO_GCE_CHECK=true RAY_USAGE_STATS_ENABLED=0
 exec .venv/bin/python -m pytest -ra "$@"

@@ -6,11 +6,15 @@ import pytest
 
 ISOLATED_ENV = {
     "AWS_EC2_METADATA_DISABLED": "true",
-    "NO_GCE_CHECK": "True",
+    # google-auth compares with the lowercase "true" only, once, when it is first imported.
+    "NO_GCE_CHECK": "true",
     "RAY_USAGE_STATS_ENABLED": "0",
     "AWS_CONFIG_FILE": os.devnull,
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }
+
+# Set before anything imports an SDK, which may read these once at import time.
+os.environ.update(ISOLATED_ENV)
 
 
 @pytest.fixture(autouse=True)
