@@ -31,15 +31,25 @@ def emit_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-def format_table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
-    table = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+def _cell(value: Any, max_cell: int | None) -> str:
+    text = "" if value is None else " ".join(str(value).split())
+    if max_cell is None or len(text) <= max_cell:
+        return text
+    return text[: max_cell - 3] + "..."
+
+
+def format_table(rows: Iterable[Sequence[Any]], headers: Sequence[str],
+                 max_cell: int | None = None) -> str:
+    """Columns aligned; prose cells longer than max_cell are cut (--format json has them whole)."""
+    table = [[str(h) for h in headers]] + [[_cell(c, max_cell) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
     lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in table]
     return "\n".join(lines)
 
 
-def print_table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> None:
-    print(format_table(rows, headers))
+def print_table(rows: Iterable[Sequence[Any]], headers: Sequence[str],
+                max_cell: int | None = None) -> None:
+    print(format_table(rows, headers, max_cell))
 
 
 def info(message: str) -> None:

@@ -29,7 +29,7 @@ def _credentials(args) -> int:
     if args.format == "json":
         emit_json({"ok": bool(usable), "clouds": [r.as_dict() for r in results]})
     else:
-        print_table(_rows(results), HEADERS)
+        print_table(_rows(results), HEADERS, max_cell=120)
         info(f"{len(usable)} of {len(results)} providers usable")
     return 0 if usable else 1
 
@@ -58,7 +58,7 @@ def run(args) -> int:
             if index:
                 print()
             print(f"{path} ({spec.name}, {spec.provider})")
-            print_table(_rows(results), HEADERS)
+            print_table(_rows(results), HEADERS, max_cell=120)
         warned = sum(1 for _, _, rs in reports for r in rs if r.status == WARN)
         info(f"{failed} failed, {warned} warnings" + ("" if failed else ": ready to launch"))
     return 1 if failed else 0
