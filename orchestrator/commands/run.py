@@ -98,7 +98,8 @@ def run(args) -> int:
         raise JobError(f"job {job_id} failed: {reason}",
                        hint=f"the whole log: orchestrate logs {job_id}" if cluster else None)
     summary["wall_time_s"] = round(time.monotonic() - started, 1)
-    registry.record_run(summary, job_id)
+    for key in {summary.get("name"), plan.config["run_config"]["name"]}:  # the run, and latest
+        registry.record_run(key, summary, job_id)
     from .results import show
 
     show(summary, args.format)

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -211,7 +212,8 @@ def _kill_strays(temp_dir: str) -> None:
 def _live_users() -> list[Path]:
     users = []
     for path in (_folder() / "users").iterdir():
-        if path.name.isdigit() and _alive(int(path.name)):
+        pid = path.name.split("-")[0]
+        if pid.isdigit() and _alive(int(pid)):
             users.append(path)
         else:
             path.unlink(missing_ok=True)
@@ -230,7 +232,7 @@ def session(num_cpus: int | None = None, keep: bool = False):
 
     Yields (LocalRay, started). On exit the last user stops it, unless someone asked to keep it.
     """
-    me = _folder() / "users" / str(os.getpid())
+    me = _folder() / "users" / f"{os.getpid()}-{secrets.token_hex(4)}"  # one per session
     with _locked():
         ray = _read_record()
         started = ray is None

@@ -32,10 +32,9 @@ def job(job_id: str) -> dict | None:
     return _read(_path("jobs", job_id))
 
 
-def record_run(summary: dict, job_id: str) -> None:
-    if summary.get("name"):
-        atomic_write(_path("runs", summary["name"]), json.dumps(dict(summary, job_id=job_id),
-                                                                default=str))
+def record_run(key: str | None, summary: dict, job_id: str) -> None:
+    if key:
+        atomic_write(_path("runs", key), json.dumps(dict(summary, job_id=job_id), default=str))
 
 
 def run(name: str) -> dict | None:

@@ -20,7 +20,8 @@ def run_trainer(config: dict, make_trainer) -> dict:
     callback = results.make_history_callback(run_uri)
     result = make_trainer(config, run_config(config, name, [callback])).fit()
     history = results.read_history(run_uri)
-    summary = {"name": name, "status": "SUCCEEDED", "metrics": _plain(result.metrics),
+    last = {k: v for k, v in history[-1].items() if k != "checkpoint"} if history else {}
+    summary = {"name": name, "status": "SUCCEEDED", "metrics": last or _plain(result.metrics),
                "best_checkpoint": best_from_history(history, config)}
     return results.finish(run_uri, summary, history)
 
