@@ -39,12 +39,6 @@ EXIT_BUG = 3
 EXIT_INTERRUPTED = 130
 
 
-def _module_exists(name: str) -> bool:
-    from importlib.util import find_spec
-
-    return find_spec(name) is not None
-
-
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchestrate",
@@ -55,8 +49,6 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     sub.required = True
     chosen = next((a for a in argv if not a.startswith("-")), None)
     for verb, (module_name, help_text) in COMMANDS.items():
-        if verb != chosen and not _module_exists(module_name):
-            continue
         command_parser = sub.add_parser(verb, help=help_text, description=help_text)
         if verb == chosen:
             module = importlib.import_module(module_name)
