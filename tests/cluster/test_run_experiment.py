@@ -1,0 +1,125 @@
+"""`orchestrate run` against a real cluster: the SSH-launched 3-node `local` cluster, token auth.
+
+The nodes run as their own unix user, who cannot read root's folders: the shared folder for the
+run's results (and a dataset given by absolute path) belongs to that user; the working_dir (with
+the other dataset) is uploaded by Ray.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.ray]
+
+DATA = Path(__file__).resolve().parents[2] / "experiments" / "data"
+
+
+@pytest.fixture
+def shared_dir(ssh_cluster):
+    """A folder on this host the cluster's node user owns (storage_path, absolute datasets)."""
+    folder = Path(tempfile.mkdtemp(prefix="orc-shared-", dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        subprocess.run(["chown", ssh_cluster.machine.user.name, str(folder)], check=True)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def write_experiment(tmp_path: Path, shared: Path, cluster_file: Path, name: str) -> Path:
+    code = tmp_path / "code"
+    (code / "data").mkdir(parents=True)
+    shutil.copy(DATA / "breast_cancer_train.csv", code / "data" / "train.csv")  # uploaded
+    valid = shared / "valid.csv"
+    shutil.copy(DATA / "breast_cancer_valid.csv", valid)                        # absolute path
+    shutil.chown(valid, user=shared.owner())
+    document = {
+        "name": name,
+        "cluster": str(cluster_file),
+        "trainer": "torch",
+        "working_dir": "code",
+        "model": {"name": "mlp", "hidden_dims": [16], "num_classes": 2},
+        "datasets": {"train": {"format": "csv", "path": "code/data/train.csv"},
+                     "valid": {"format": "csv", "path": str(valid)}},
+        "label_column": "target",
+        "preprocessors": [{"type": "StandardScaler"}],
+        "train_loop_config": {"lr": 0.01, "epochs": 2, "batch_size_per_worker": 64},
+        "scaling_config": {"num_workers": 2},
+        "run_config": {"storage_path": str(shared / "results"),
+                       "checkpoint_config": {"num_to_keep": 1}},
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def test_run_an_experiment_on_the_ssh_cluster(ssh_cluster, shared_dir, tmp_path):
+    from ray.job_submission import JobSubmissionClient
+
+    name = "mlp-on-cluster"
+    experiment = write_experiment(tmp_path, shared_dir, ssh_cluster.file, name)
+    done = ssh_cluster.cli("run", str(experiment), "--quiet", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    assert "local Ray" not in done.stderr  # it went to the cluster, not to an embedded Ray
+    assert f"to cluster {ssh_cluster.name}" in done.stderr
+    assert "» epoch 1" in done.stderr and "» epoch 2" in done.stderr
+
+    # The results are printed, and written where the nodes put them.
+    summary = json.loads(done.stdout)
+    assert summary["status"] == "SUCCEEDED" and summary["name"] == name
+    assert 0.0 <= summary["metrics"]["accuracy"] <= 1.0 and summary["metrics"]["epoch"] == 2
+    assert summary["run_path"] == str(shared_dir / "results" / name)
+    assert Path(summary["history_csv"]).read_text().count("\n") == 3  # header + 2 epochs
+    checkpoint = Path(summary["best_checkpoint"])
+    assert (checkpoint / "model.pt").is_file()
+    assert checkpoint.owner() == ssh_cluster.machine.user.name  # written by the cluster's nodes
+
+    # The cluster's job API (with the token) has the job, SUCCEEDED.
+    client = JobSubmissionClient(ssh_cluster.address, headers=ssh_cluster.headers)
+    jobs = [j for j in client.list_jobs() if (j.submission_id or "").startswith(f"orchestrate-{name}-")]
+    assert len(jobs) == 1
+    assert str(jobs[0].status.value) == "SUCCEEDED"
+    assert jobs[0].entrypoint == "python -m orchestrator.runtime"
+    assert "ORCHESTRATE_RESULT" in client.get_job_logs(jobs[0].submission_id)
+
+    # Where the job went is recorded: `logs` and `results` need no --cluster.
+    logs = ssh_cluster.cli("logs", jobs[0].submission_id)
+    assert logs.returncode == 0, logs.stderr
+    assert "ORCHESTRATE_RESULT" in logs.stdout + logs.stderr
+    results = ssh_cluster.cli("results", name, "--format", "json")
+    assert results.returncode == 0, results.stderr
+    assert json.loads(results.stdout)["best_checkpoint"] == summary["best_checkpoint"]
+
+
+def post_status(url: str, body: dict, headers: dict | None = None) -> int:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_a_submission_without_the_token_is_refused(ssh_cluster):
+    from orchestrator.errors import JobError
+    from orchestrator.jobs.submit import Jobs, Target
+
+    body = {"entrypoint": "echo should-not-run"}
+    url = ssh_cluster.address + "/api/jobs/"
+    assert post_status(url, body) == 401
+    assert post_status(url, body, {"Authorization": "Bearer wrong"}) == 403
+    with pytest.raises(JobError) as caught:  # our client without the token says so
+        Jobs(Target(ssh_cluster.address, None, "cluster x")).submit(
+            entrypoint="echo should-not-run", runtime_env={}, submission_id="no-token")
+    assert "refused the token" in (caught.value.hint or "")
+    client_jobs = Jobs(Target(ssh_cluster.address, ssh_cluster.token)).list()
+    assert not [j for j in client_jobs if "should-not-run" in (j.entrypoint or "")]
