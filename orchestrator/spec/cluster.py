@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,9 +188,26 @@ def _node_type_problems(spec_doc: dict, problem) -> list[Problem]:
 def _file_mount_problems(doc: Document, data: dict, base: Path) -> list[Problem]:
     problems = []
     for remote, local in (data.get("file_mounts") or {}).items():
-        if isinstance(local, str) and not (base / Path(local).expanduser()).exists():
+        if not isinstance(local, str) or not local:
+            from .schema import describe_value
+
+            problems.append(doc.problem(("file_mounts", remote),
+                                        f"expected a local path, got {describe_value(local)}"))
+        elif not (base / Path(local).expanduser()).exists():
             problems.append(doc.problem(("file_mounts", remote), f"local path '{local}' does not exist"))
     return problems
+
+
+# A POSIX user name: Ray writes ssh_user into `user@host` and, with docker, into shell commands.
+_SSH_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+
+def _auth_problems(doc: Document, data: dict) -> list[Problem]:
+    user = (data.get("auth") or {}).get("ssh_user")
+    if isinstance(user, str) and not _SSH_USER.fullmatch(user):
+        return [doc.problem(("auth", "ssh_user"), f"'{user}' is not a valid user name",
+                            "letters, digits, '_', '.' and '-', starting with a letter or '_'")]
+    return []
 
 
 def build_cluster(doc: Document, path: Path) -> ClusterSpec:
@@ -202,7 +220,7 @@ def build_cluster(doc: Document, path: Path) -> ClusterSpec:
         raise SpecError(problems)
     data = doc.data
     warnings = provider_typos(doc, data)
-    problems += _provider_problems(doc, data) + _local_problems(doc, data)
+    problems += _provider_problems(doc, data) + _local_problems(doc, data) + _auth_problems(doc, data)
     if problems:
         raise SpecError(problems)
     expanded, origins, shorthand_problems = expand_shorthand(copy.deepcopy(data), doc)
@@ -218,5 +236,13 @@ def build_cluster(doc: Document, path: Path) -> ClusterSpec:
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:
+    from .experiment import is_experiment_document
+
     path = Path(path)
-    return build_cluster(load_file(path), path)
+    doc = load_file(path)
+    if not is_cluster_document(doc.data) and is_experiment_document(doc.data):
+        raise SpecError([Problem(
+            str(path), "this is an experiment file, not a cluster file", 1,
+            hint="a cluster file has 'cluster_name' and 'provider'; experiments are run with "
+                 "`orchestrate run`")])
+    return build_cluster(doc, path)

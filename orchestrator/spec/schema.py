@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import Problem
-from ..yamlload import Document
+from ..yamlload import Document, format_path
 
 _TYPE_NAMES = {
     "object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
@@ -122,9 +122,39 @@ def _translate(error, doc: Document) -> list[Problem]:
     return [doc.problem(path, error.message)]
 
 
+def key_problems(doc: Document, value=None, path: tuple = ()) -> list[Problem]:
+    """Keys that are not strings (`1:`, `yes:`, `null:`): JSON and Ray's configs have none."""
+    value = doc.data if value is None and not path else value
+    problems: list[Problem] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                text, hint = _key_text(key)
+                problems.append(Problem(
+                    doc.file, f"the key {describe_value(key)} is not a string",
+                    doc.line_of(path + (key,)), None, format_path(path + (text,)), hint))
+            else:
+                problems += key_problems(doc, item, path + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            problems += key_problems(doc, item, path + (index,))
+    return problems
+
+
+def _key_text(key) -> tuple[str, str]:
+    """How a non-string key is shown in a field path, and what to do about it."""
+    if isinstance(key, bool):
+        return str(key).lower(), "quote it: YAML reads yes, no, on, off, true, false as booleans"
+    if key is None:
+        return "null", "quote it: YAML reads null, ~ and an empty key as null"
+    return str(key), f"quote it: '{key}'"
+
+
 def schema_problems(doc: Document, name: str) -> list[Problem]:
     """Every schema violation in the document, sorted by line, each with a readable message."""
-    problems: list[Problem] = []
+    problems = key_problems(doc)
+    if problems:  # jsonschema expects string keys; report these first
+        return problems
     for error in _validator(name).iter_errors(doc.data):
         problems.extend(_translate(error, doc))
     unique = {(p.line, p.field, p.message): p for p in problems}

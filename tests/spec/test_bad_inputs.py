@@ -10,6 +10,7 @@ import pytest
 from orchestrator.cli import main
 
 BAD = Path(__file__).parent / "bad"
+REPO = Path(__file__).resolve().parents[2]
 
 # file -> (line or None, field or "", words that must appear in the message)
 CASES = {
@@ -57,6 +58,16 @@ CASES = {
     "exp-xgboost-no-label.yaml": (None, "", "trainer xgboost needs 'label_column'"),
     "exp-unsafe-name.yaml": (1, "name", "it names the Ray job"),
     "exp-loop-module-missing.yaml": (3, "train_loop", "no module 'no_such_module'"),
+    # Keys YAML reads as numbers, booleans or null: JSON (and jsonschema) know string keys only.
+    "numeric-node-type.yaml": (5, "available_node_types.1", "the key integer 1 is not a string (quote it: '1')"),
+    "null-key.yaml": (5, "available_node_types.null", "the key null is not a string"),
+    "exp-boolean-key.yaml": (7, "train_loop_config.true", "YAML reads yes, no, on, off, true, false as booleans"),
+    "file-mount-null.yaml": (4, "file_mounts./remote/data", "expected a local path, got null"),
+    "ssh-user-unsafe.yaml": (4, "auth.ssh_user", "'ubuntu; touch /tmp/owned' is not a valid user name"),
+    "null-sections.yaml": (4, "available_node_types.head", "expected a mapping, got null"),
+    "provider-empty.yaml": (3, "provider", "expected a mapping, got null"),
+    "booleans-for-strings.yaml": (3, "auth.ssh_user", "expected a string, got boolean true"),
+    "exp-as-cluster.yaml": (1, "", "this is an experiment file, not a cluster file"),
 }
 
 
@@ -126,3 +137,13 @@ def test_misspelt_provider_key_is_a_warning_not_an_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert (f"WARNING {path}:5: provider.availablity_zone: 'availablity_zone' is not a key Ray "
             "reads; it is ignored (did you mean 'availability_zone'?)") in err
+
+
+def test_cluster_commands_refuse_an_experiment_file(capsys):
+    """`up`, `check` and `status` given an experiment say so, rather than list schema errors."""
+    experiment = str(REPO / "experiments" / "quickstart.yaml")
+    for args in (["up", experiment, "-y"], ["check", experiment], ["status", experiment]):
+        assert main(args) == 1, args
+        err = capsys.readouterr().err
+        assert "this is an experiment file, not a cluster file" in err and "Traceback" not in err
+        assert "missing required key" not in err
