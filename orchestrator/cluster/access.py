@@ -9,7 +9,6 @@ a free local port to the head's dashboard port is opened for the duration of the
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import subprocess
@@ -38,7 +37,7 @@ class Access:
 
 def resolve(name_or_path: str) -> state.Record:
     """The record for a cluster name or the path of its YAML file."""
-    with contextlib.suppress(ClusterError):
+    if state.is_valid_name(name_or_path):  # a corrupted record is reported, not skipped
         record = state.read_record(name_or_path)
         if record is not None:
             return record
@@ -59,11 +58,10 @@ def resolve(name_or_path: str) -> state.Record:
 
 
 def rendered_config(name: str) -> dict:
-    path = state.cluster_dir(name) / "ray-cluster.yaml"
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ClusterError(f"cluster {name!r} has no rendered config ({path})") from None
+    config = state.read_rendered(name)
+    if config is None:
+        raise ClusterError(f"cluster {name!r} has no rendered config ({state.rendered_path(name)})")
+    return config
 
 
 @contextlib.contextmanager

@@ -58,7 +58,9 @@ def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: flo
                    **(env or {})}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
-    with open(log_path, "a", buffering=1) as log:
+    # Private like the rest of the state folder: the log names hosts, users and key paths.
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with open(fd, "a", buffering=1) as log:
         log.write(f"\n=== ray {' '.join(args)} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n")
         process = subprocess.Popen(
             ray_command(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

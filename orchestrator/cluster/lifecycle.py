@@ -35,9 +35,13 @@ def up(*, name: str, provider: str, file: str, config: dict, progress: Progress,
        wait_timeout: float = 600, wait: bool = True) -> UpResult:
     """Launch or update; `preflight` runs only when something is to be done."""
     folder = state.cluster_dir(name)
-    rendered = folder / "ray-cluster.yaml"
+    rendered = state.rendered_path(name)
     old = state.read_record(name)
-    old_config = json.loads(rendered.read_text()) if old and rendered.exists() else None
+    try:
+        old_config = state.read_rendered(name) if old else None
+    except ClusterError as exc:  # written again below; only the list of changes is lost
+        progress(f"warning: {exc.message}")
+        old_config = None
     new_hash = changes.config_hash(config)
     alive = None
     if old and old.state == state.UP:
@@ -96,11 +100,11 @@ def up(*, name: str, provider: str, file: str, config: dict, progress: Progress,
 
 def down(record: state.Record, *, progress: Progress, timeout: float = 900) -> None:
     folder = state.cluster_dir(record.name)
-    rendered = folder / "ray-cluster.yaml"
-    if not rendered.exists():  # `up` stopped before anything was handed to Ray
+    rendered = state.rendered_path(record.name)
+    config = state.read_rendered(record.name)
+    if config is None:  # `up` stopped before anything was handed to Ray
         state.remove(record.name)
         return
-    config = json.loads(rendered.read_text())
     record.state, record.message = state.STOPPING, None
     state.write_record(record)
     progress(f"tearing down cluster {record.name} with `ray down` (log: {folder / 'down.log'})")
@@ -165,7 +169,7 @@ def dashboard_binding(config: dict) -> tuple[str, int]:
 def head_address(name: str, provider: str, config: dict, progress: Progress) -> str:
     if provider == "local":
         return config["provider"]["head_ip"]
-    rendered = state.cluster_dir(name) / "ray-cluster.yaml"
+    rendered = state.rendered_path(name)
     output = launcher.run_ray(["get-head-ip", str(rendered)], progress=lambda _: None,
                               log_path=state.cluster_dir(name) / "up.log", timeout=120,
                               env=launcher_env(name, provider))

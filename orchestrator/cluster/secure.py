@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 
 REMOTE_TOKEN_PATH = "~/.ray/auth_token"
 AUTH_ENV = "export RAY_AUTH_MODE=token; "
@@ -65,6 +66,7 @@ def _harden(command: str, dashboard_host: str | None) -> str:
         if "--disable-usage-stats" not in part:
             part += " --disable-usage-stats"
         if dashboard_host and "--head" in part:
-            part = _DASHBOARD_HOST.sub("", part) + f" --dashboard-host={dashboard_host}"
+            part = _DASHBOARD_HOST.sub("", part) + \
+                f" --dashboard-host={shlex.quote(dashboard_host)}"
         pieces[i] = part + trailing
     return AUTH_ENV + "".join(pieces)

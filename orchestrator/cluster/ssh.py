@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 
 from ..errors import ClusterError
@@ -21,13 +22,20 @@ def ssh_command(auth: dict, host: str, *, connect_timeout: int = 10) -> list[str
     proxy = auth.get("ssh_proxy_command")
     if proxy:
         command += ["-o", f"ProxyCommand={proxy}"]
-    return command + [f"{auth.get('ssh_user', 'ubuntu')}@{host}"]
+    user = auth.get("ssh_user", "ubuntu")
+    if str(user).startswith("-") or str(host).startswith("-"):  # would be read as an option
+        raise ClusterError(f"refusing to ssh to {user}@{host}: neither may start with '-'")
+    return command + [f"{user}@{host}"]
 
 
 def run_remote(auth: dict, host: str, remote: str, *, timeout: int = 30) -> None:
-    """Run `remote` in a login shell on `host` (as Ray does, so PATH matches Ray's commands)."""
+    """Run `remote` in a login shell on `host` (as Ray does, so PATH matches Ray's commands).
+
+    `remote` is one shell command line, quoted here as a whole; any value interpolated into it
+    must already be quoted with shlex.quote by the caller.
+    """
     command = ssh_command(auth, host, connect_timeout=min(10, timeout)) + [
-        f"bash --login -c -i {_quote(remote)}"]
+        f"bash --login -c -i {shlex.quote(remote)}"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
@@ -38,8 +46,3 @@ def run_remote(auth: dict, host: str, remote: str, *, timeout: int = 30) -> None
         raise ClusterError(f"{host}: `{remote}` failed over SSH: "
                            f"{lines[-1] if lines else f'exit code {done.returncode}'}")
 
-
-def _quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)

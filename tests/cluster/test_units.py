@@ -166,3 +166,97 @@ def test_changes_tell_scaling_from_the_rest():
     new["setup_commands"] = ["pip install y"]
     assert not changes.only_scaling(changes.diff(old, new))
     assert not changes.only_scaling([])
+
+
+@pytest.mark.parametrize("content, words", [
+    ("[1, 2]", "corrupted: expected a JSON object"),
+    ('{"name": "bad"}', "corrupted: missing provider, file, config_hash"),
+    ('{"name": "bad", "provider": "local", "file": "/x", "config_hash": "h", '
+     '"updated_at": "yesterday"}', "corrupted: 'updated_at' has the wrong type (str)"),
+    ('{"name": "other", "provider": "local", "file": "/x", "config_hash": "h"}',
+     "corrupted: it names cluster 'other', not 'bad'"),
+    ("{not json", "unreadable"),
+])
+def test_a_damaged_record_is_a_clear_error_for_status_and_down(content, words):
+    folder = state.cluster_dir("bad")
+    folder.mkdir(parents=True)
+    (folder / "record.json").write_text(content)
+    for args in (["status"], ["status", "bad"], ["down", "bad", "-y"]):
+        done = subprocess.run([sys.executable, "-m", "orchestrator", *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1, (args, done.stderr)
+        assert f"{folder / 'record.json'} is {words}" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and f"remove {folder}" in done.stderr
+
+
+def test_a_damaged_rendered_config_is_reported_not_a_crash():
+    state.ensure_token("dmg")
+    state.write_record(state.Record(name="dmg", provider="aws", file="/x", config_hash="h",
+                                    state=state.UP, head_ip="127.0.0.1",
+                                    dashboard_host="127.0.0.1"))
+    state.rendered_path("dmg").write_text("[]")
+    status = subprocess.run([sys.executable, "-m", "orchestrator", "status", "--format", "json"],
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert "ray-cluster.yaml is corrupted" in json.loads(status.stdout)[0]["live"]["error"]
+    down = subprocess.run([sys.executable, "-m", "orchestrator", "down", "dmg", "-y"],
+                          capture_output=True, text=True, timeout=60)
+    assert down.returncode == 1 and "Traceback" not in down.stderr
+    assert "ray-cluster.yaml is corrupted: expected a JSON object" in down.stderr
+    assert state.read_record("dmg").state == state.UP  # nothing was handed to `ray down`
+
+
+def test_an_unreadable_or_empty_token_is_an_error_that_does_not_show_it():
+    path = state.ensure_token("tok")
+    secret = path.read_text()
+    path.write_text("")
+    with pytest.raises(ClusterError, match="is empty"):
+        state.read_token("tok")
+    path.write_bytes(b"\xff" + secret.encode())
+    with pytest.raises(ClusterError) as raised:
+        state.read_token("tok")
+    assert secret not in raised.value.message and "unreadable" in raised.value.message
+
+
+def test_names_with_a_trailing_newline_are_refused():
+    assert not state.is_valid_name("c1\n")
+    with pytest.raises(ClusterError):
+        state.cluster_dir("c1\n")
+
+
+def test_launcher_logs_are_private(tmp_path):
+    from orchestrator.cluster import launcher
+
+    log = tmp_path / "up.log"
+    launcher.run_ray(["--version"], log_path=log, progress=lambda _: None, timeout=120,
+                     secrets=["ray"])
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    assert "ray" not in log.read_text().split("\n", 2)[2]  # the secret is masked in the output
+
+
+def test_the_dashboard_host_is_quoted_in_the_start_command():
+    config = {"cluster_name": "l", "provider": {"type": "local", "head_ip": "a b;id",
+                                                 "worker_ips": []}}
+    start = harden_ray_config(config, provider="local", token_file="/t")["head_start_ray_commands"]
+    assert start[-1].endswith("--dashboard-host='a b;id'")
+
+
+def test_ssh_refuses_users_and_hosts_that_would_be_options():
+    from orchestrator.cluster.ssh import ssh_command
+
+    assert ssh_command({"ssh_user": "u"}, "10.0.0.1")[-1] == "u@10.0.0.1"
+    for auth, host in (({"ssh_user": "-oProxyCommand=id"}, "h"), ({"ssh_user": "u"}, "-oX=y")):
+        with pytest.raises(ClusterError, match="may start with '-'"):
+            ssh_command(auth, host)
+
+
+def test_state_folders_are_private_and_a_broken_home_is_a_clear_error(tmp_path, monkeypatch):
+    folder = state.make_folder("p")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(folder.parent.stat().st_mode) == 0o700
+    home = tmp_path / "home-is-a-file"
+    home.write_text("")
+    monkeypatch.setenv("ORCHESTRATE_HOME", str(home))
+    with pytest.raises(ClusterError, match="cannot create the state folder"):
+        with state.locked("p", action="up"):
+            pass
