@@ -23,13 +23,14 @@ def credentials() -> CheckResult:
     return CheckResult("local ssh", WARN, "no ssh client on PATH", "install openssh-client")
 
 
-def _ssh(host: str, user: str, key: str) -> tuple[bool, str]:
-    command = [
-        "ssh", "-i", key, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-        "-o", f"ConnectTimeout={TIMEOUT}", "-o", "StrictHostKeyChecking=no",
-        "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-        f"{user}@{host}", "true",
-    ]
+def _ssh(host: str, auth: dict) -> tuple[bool, str]:
+    from ..cluster.ssh import ssh_command
+    from ..errors import ClusterError
+
+    try:
+        command = ssh_command(auth, host, connect_timeout=TIMEOUT) + ["true"]
+    except ClusterError as exc:
+        return False, exc.message
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT + 5,
                               stdin=subprocess.DEVNULL)
@@ -69,7 +70,7 @@ def check(spec) -> list[CheckResult]:
         checks.fail("ssh", "no ssh client on PATH", "install openssh-client")
         return checks.results
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        answers = list(pool.map(lambda item: _ssh(item[1], user, key), hosts))
+        answers = list(pool.map(lambda item: _ssh(item[1], auth), hosts))
     for (path, ip), (ok, detail) in zip(hosts, answers):
         if ok:
             checks.ok("ssh", f"{user}@{ip} {detail}", path)
