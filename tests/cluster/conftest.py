@@ -118,8 +118,9 @@ def make_machine(tmp_path_factory):
         return machine
 
     yield make
-    for machine in machines:
-        machine.close()
+    with contextlib.ExitStack() as stack:  # every machine is closed even if one close fails
+        for machine in machines:
+            stack.callback(machine.close)
 
 
 def launch(machine: Machine, home: Path, name: str, **overrides) -> ClusterHandle:

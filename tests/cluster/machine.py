@@ -184,11 +184,16 @@ class Sshd:
             "",
         ]))
         Path("/run/sshd").mkdir(exist_ok=True)
-        sshd.process = subprocess.Popen(
-            ["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
-            stdout=open(sshd.log, "ab"), stderr=subprocess.STDOUT,
-        )
-        sshd._wait_listening()
+        with open(sshd.log, "ab") as log:
+            sshd.process = subprocess.Popen(
+                ["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+        try:
+            sshd._wait_listening()
+        except BaseException:  # the caller never gets the object: stop sshd here
+            sshd.close()
+            raise
         return sshd
 
     def _wait_listening(self) -> None:

@@ -26,7 +26,11 @@ def machine(make_machine):
 @pytest.fixture
 def env(tmp_path):
     # Ray waits up to this long for SSH on a node: keep failures quick in tests.
-    return {**cli_env(tmp_path / "home"), "AUTOSCALER_NODE_START_WAIT_S": "10"}
+    env = {**cli_env(tmp_path / "home"), "AUTOSCALER_NODE_START_WAIT_S": "10"}
+    yield env
+    # A test that failed before its own `down` leaves no cluster running for the next one.
+    for name in sorted((tmp_path / "home" / "clusters").glob("*/record.json")):
+        orchestrate(env, "down", name.parent.name, "-y")
 
 
 def record_of(env, name) -> dict | None:
