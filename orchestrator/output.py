@@ -13,6 +13,20 @@ def add_format_argument(parser) -> None:
     )
 
 
+def seconds(text: str) -> float:
+    """argparse type of a time limit: a finite number of seconds above 0."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text!r}")
+    return value
+
+
 def is_interactive() -> bool:
     """True only when a person can answer a prompt: stdin and stdout are terminals."""
     return sys.stdin.isatty() and sys.stdout.isatty()

@@ -112,7 +112,8 @@ def down(record: state.Record, *, progress: Progress, timeout: float = 900) -> N
         launcher.run_ray(["down", str(rendered), "-y", "--log-style", "record",
                           "--log-color", "false"],
                          log_path=folder / "down.log", progress=progress, timeout=timeout,
-                         env=launcher_env(record.name, record.provider))
+                         env=launcher_env(record.name, record.provider),
+                         secrets=_known_token(record.name))
         if record.provider == "local":
             _stop_local_workers(config, progress)
     except (ClusterError, KeyboardInterrupt) as exc:
@@ -144,6 +145,14 @@ def _stop_local_workers(config: dict, progress: Progress) -> None:
                 progress(f"  warning: could not stop Ray on worker {ip}: {problem}")
 
 
+def _known_token(name: str) -> list[str]:
+    """The cluster's token, to be masked in every launcher log (none after a very early failure)."""
+    try:
+        return [state.read_token(name)]
+    except ClusterError:
+        return []
+
+
 def launcher_env(name: str, provider: str) -> dict:
     # The launcher's own files (local provider state, config cache, bootstrap temp files) live
     # in the cluster's state folder, not in /tmp where other clusters and users meet.
@@ -172,7 +181,7 @@ def head_address(name: str, provider: str, config: dict, progress: Progress) -> 
     rendered = state.rendered_path(name)
     output = launcher.run_ray(["get-head-ip", str(rendered)], progress=lambda _: None,
                               log_path=state.cluster_dir(name) / "up.log", timeout=120,
-                              env=launcher_env(name, provider))
+                              env=launcher_env(name, provider), secrets=_known_token(name))
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     if not lines:
         raise ClusterError("`ray get-head-ip` printed no address")

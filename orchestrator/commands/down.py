@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import ClusterError, OrchestrateError
-from ..output import confirm, info
+from ..output import seconds, confirm, info
 
 HELP = "tear down a cluster started with `orchestrate up` and remove its record"
 
@@ -11,7 +11,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("target", nargs="?", metavar="CLUSTER.yaml|NAME",
                         help="the cluster's YAML file or name (default: the only recorded one)")
     parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    parser.add_argument("--timeout", type=float, default=900, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds, default=900, metavar="SECONDS",
                         help="stop `ray down` after this long (default: 900)")
 
 

@@ -1,7 +1,7 @@
 """orchestrate up CLUSTER.yaml: launch (or update) a Ray cluster and record it."""
 from __future__ import annotations
 
-from ..output import add_format_argument, confirm, emit_json, info
+from ..output import seconds, add_format_argument, confirm, emit_json, info
 
 HELP = "launch a Ray cluster from a cluster YAML with `ray up`, or bring it up to date"
 
@@ -14,9 +14,9 @@ def add_arguments(parser) -> None:
                         help="do not run the provider checks (credentials, quotas, SSH) first")
     parser.add_argument("--no-wait", action="store_true",
                         help="return once the head is up, without waiting for the workers")
-    parser.add_argument("--timeout", type=float, default=1800, metavar="SECONDS",
+    parser.add_argument("--timeout", type=seconds, default=1800, metavar="SECONDS",
                         help="stop `ray up` after this long (default: 1800)")
-    parser.add_argument("--wait-timeout", type=float, default=600, metavar="SECONDS",
+    parser.add_argument("--wait-timeout", type=seconds, default=600, metavar="SECONDS",
                         help="how long to wait for the minimum number of nodes (default: 600)")
     add_format_argument(parser)
 

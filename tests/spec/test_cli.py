@@ -93,3 +93,13 @@ def test_wheel_ships_the_schemas_and_works_installed(tmp_path):
     where = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                            text=True, env={"PYTHONPATH": str(target)}).stdout.strip()
     assert where.startswith(str(target))
+
+
+@pytest.mark.parametrize("args", [["up", "c.yaml", "--timeout", "nan"],
+                                  ["up", "c.yaml", "--wait-timeout", "0"],
+                                  ["down", "--timeout", "-1"], ["down", "--timeout", "soon"]])
+def test_time_limits_must_be_positive_seconds(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+    assert "expected a number of seconds above 0" in capsys.readouterr().err

@@ -57,11 +57,23 @@ def test_rendered_cluster_runs_with_token_auth_and_no_secret(cluster, capsys):
     from orchestrator.cluster.state import token_path
 
     config = yaml.safe_load(render(cluster, capsys))
-    starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
-    assert all("RAY_AUTH_MODE=token" in c for c in starts if "ray start" in c)
+    starts = [c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+              if "ray start" in c]
+    assert len(starts) >= 2  # the head's and the workers': none may escape the check below
+    assert all("RAY_AUTH_MODE=token" in c and "--disable-usage-stats" in c for c in starts)
     name = config["cluster_name"]
     assert config["file_mounts"]["~/.ray/auth_token"] == str(token_path(name))
     assert not token_path(name).exists()  # rendering never creates or reads the token
+
+
+def test_render_never_shows_an_existing_token(capsys):
+    from orchestrator.cluster.state import ensure_token
+
+    cluster = REPO / "cluster_configs/aws-gpu.yaml"
+    name = yaml.safe_load(cluster.read_text())["cluster_name"]
+    token = ensure_token(name).read_text()
+    for fmt in ("text", "json"):
+        assert token not in render(cluster, capsys, fmt)
 
 
 def test_cloud_dashboard_binds_to_loopback(capsys):
