@@ -54,7 +54,7 @@ def main() -> None:
     python, bin_dir = sys.executable, Path(sys.executable).parent
     results = {"orchestrate": [], "handwritten": []}
     with local.session() as (ray, _):  # both commands use this one Ray
-        env["RAY_ADDRESS"] = ray.address
+        env.update(local.client_environment(), RAY_ADDRESS=ray.address)  # token auth is on
         for i in range(args.rounds):
             experiment = work / f"bench-{i}.yaml"
             experiment.write_text(json.dumps({

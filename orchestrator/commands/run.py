@@ -32,7 +32,7 @@ def add_arguments(parser) -> None:
 @contextlib.contextmanager
 def _target(spec, detach: bool):
     from ..jobs import local, targets
-    from ..jobs.submit import Jobs, Target
+    from ..jobs.submit import Jobs
 
     if spec.cluster is not None:
         with targets.cluster_jobs(str(spec.cluster.path)) as jobs:
@@ -41,7 +41,7 @@ def _target(spec, detach: bool):
     num_workers = (spec.document.get("scaling_config") or {}).get("num_workers", 1)
     with local.session(num_cpus=None if num_workers < 3 else num_workers + 2, keep=detach) as (ray, started):
         info(f"{'started' if started else 'using'} a local Ray ({ray.address})")
-        yield Jobs(Target(ray.address)), None
+        yield Jobs(targets.local_target(ray)), None
 
 
 def _progress(quiet: bool):

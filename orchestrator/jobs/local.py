@@ -4,6 +4,10 @@ Never `ray stop`: it kills every Ray process of the user on the host. This Ray g
 --temp-dir (short: unix socket paths are limited to ~107 bytes) and its own free ports, runs in
 its own process group, and is stopped by signalling that group only.
 
+It runs with Ray's token authentication (RAY_AUTH_MODE=token): each instance gets a new token,
+stored 0600 in `$ORCHESTRATE_HOME/local-ray/auth_token` (Ray reads it through
+RAY_AUTH_TOKEN_PATH); our clients send it as `Authorization: Bearer <token>`.
+
 Several `orchestrate run`s may share it: each registers itself in `users/`; the last one to
 leave stops it, unless a detached job asked to keep it (`keep`), which `orchestrate stop
 --local-ray` ends.
@@ -83,6 +87,7 @@ def _write_record(ray: LocalRay | None) -> None:
     path = _folder() / "record.json"
     if ray is None:
         path.unlink(missing_ok=True)
+        token_path().unlink(missing_ok=True)
         return
     atomic_write(path, json.dumps(asdict(ray)))
 
@@ -100,9 +105,29 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _answers(address: str) -> bool:
+def token_path() -> Path:
+    return _folder() / "auth_token"
+
+
+def read_token() -> str | None:
+    """The running instance's token (None if there is none)."""
     try:
-        with urllib.request.urlopen(f"{address}/api/jobs/", timeout=2) as response:
+        return token_path().read_text().strip() or None
+    except OSError:
+        return None
+
+
+def client_environment() -> dict:
+    """Variables that make Ray's own clients (`ray job submit`, ray.init) use the token."""
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path())}
+
+
+def _answers(address: str) -> bool:
+    token = read_token()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(f"{address}/api/jobs/", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=2) as response:
             return response.status == 200
     except OSError:
         return False
@@ -127,7 +152,9 @@ def start(num_cpus: int | None = None, timeout: float = 120.0) -> LocalRay:
         str(env_agent), "--metrics-export-port", str(metrics),
         "--min-worker-port", "0", "--max-worker-port", "0", "--num-cpus", str(num_cpus),
     ]
-    env = dict(os.environ)
+    atomic_write(token_path(), secrets.token_hex(32), mode=0o600)  # a new one per instance
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN"}  # would win over the file
+    env.update(client_environment())
     # Ray processes that look for "their" cluster (Train's placement-group cleaner does) would
     # find every Ray on the host and give up; point them at this one.
     env["RAY_ADDRESS"] = f"127.0.0.1:{gcs}"

@@ -18,6 +18,11 @@ def cluster_jobs(cluster: str) -> Iterator[Jobs]:
         yield Jobs(Target(access.address, access.token, f"cluster {access.name or cluster}"))
 
 
+def local_target(ray: local.LocalRay) -> Target:
+    """The embedded local Ray, with its token."""
+    return Target(ray.address, local.read_token())
+
+
 @contextlib.contextmanager
 def existing(cluster: str | None, job_id: str | None = None) -> Iterator[Jobs]:
     """For jobs/logs/stop: the given cluster, else the job's recorded one, else the local Ray."""
@@ -31,4 +36,4 @@ def existing(cluster: str | None, job_id: str | None = None) -> Iterator[Jobs]:
     if ray is None:
         raise JobError("no local Ray is running (it stops when its last run ends)",
                        hint="name a cluster with --cluster NAME")
-    yield Jobs(Target(ray.address))
+    yield Jobs(local_target(ray))

@@ -46,3 +46,35 @@ def test_kept_for_a_detached_job_until_shutdown():
         assert local.shutdown()
     assert ray_processes(ray.temp_dir) == []
     assert not local.shutdown()
+
+
+def http_status(url: str, token: str | None = None) -> int:
+    import urllib.error
+    import urllib.request
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_token_auth_refuses_requests_without_the_token():
+    from orchestrator.jobs.submit import Jobs
+    from orchestrator.jobs.targets import local_target
+
+    with local.session() as (ray, _):
+        token = local.read_token()
+        path = local.token_path()
+        assert token and path.parent.parent == Path(os.environ["ORCHESTRATE_HOME"])
+        assert path.stat().st_mode & 0o777 == 0o600
+        assert token not in (path.parent / "record.json").read_text()
+        for api in ("/api/jobs/", "/api/version", "/api/v0/nodes"):
+            assert http_status(ray.address + api) == 401
+            assert http_status(ray.address + api, "wrong") == 403
+        assert http_status(ray.address + "/api/jobs/", token) == 200
+        assert Jobs(local_target(ray)).list() == []  # our client sends it
+    assert not path.exists()  # gone with its instance
+    with local.session() as (again, _):  # the next instance has a new token
+        assert again.pid != ray.pid and local.read_token() != token

@@ -147,6 +147,7 @@ def test_detach_then_stop(local_ray, experiment, tmp_path, capsys):
     assert main(["run", str(path), "--detach"]) == 0
     job_id = capsys.readouterr().out.strip()
     assert main(["stop", job_id]) == 0
-    from orchestrator.jobs.submit import Jobs, Target
+    from orchestrator.jobs.submit import Jobs
+    from orchestrator.jobs.targets import local_target
 
-    assert Jobs(Target(local_ray.address))._wait(job_id) == "STOPPED"
+    assert Jobs(local_target(local_ray))._wait(job_id) == "STOPPED"
