@@ -24,3 +24,17 @@ def _isolated(tmp_path_factory, monkeypatch):
     for key, value in ISOLATED_ENV.items():
         monkeypatch.setenv(key, value)
     yield
+
+
+@pytest.fixture
+def local_ray():
+    """The embedded local Ray (own temp dir, ports, token, under this test's ORCHESTRATE_HOME),
+    held for the whole test so `orchestrate run` reuses it and jobs can be inspected afterwards;
+    stopped at the end even when the test fails."""
+    from orchestrator.jobs import local
+
+    try:
+        with local.session() as (ray, _started):
+            yield ray
+    finally:
+        local.shutdown()  # also a Ray a detached job asked to keep

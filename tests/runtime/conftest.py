@@ -1,5 +1,4 @@
-"""End-to-end fixtures: a private local Ray per test (own temp dir, ports, ORCHESTRATE_HOME),
-always stopped, and experiment folders with small synthetic data in the real formats."""
+"""End-to-end fixtures: experiment folders with small synthetic data in the real formats."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,19 +7,6 @@ import pytest
 import yaml
 
 from .synthetic import write_breast_cancer_csv, write_image_parquet
-
-
-@pytest.fixture
-def local_ray():
-    """The embedded local Ray, held for the whole test (so `orchestrate run` reuses it and jobs
-    can be inspected afterwards); stopped at the end even when the test fails."""
-    from orchestrator.jobs import local
-
-    try:
-        with local.session() as (ray, _started):
-            yield ray
-    finally:
-        local.shutdown()  # also a Ray a detached job asked to keep
 
 
 @pytest.fixture(scope="session")

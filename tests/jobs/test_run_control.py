@@ -1,0 +1,145 @@
+"""Controlling a run on the embedded local Ray: Ctrl-C while following leaves the job running
+(and says how to stop it); --resume continues from the latest checkpoint."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.cli import main
+from orchestrator.jobs import local
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+DATA = Path(__file__).resolve().parents[2] / "experiments" / "data"
+
+ENDLESS_LOOP = '''
+import time
+
+import ray.train
+
+
+def train(config):
+    for epoch in range(config["epochs"]):
+        time.sleep(0.2)
+        ray.train.report({"epoch": epoch + 1, "loss": 1.0 / (epoch + 1)})
+'''
+
+
+def write(tmp_path: Path, name: str, **document) -> Path:
+    document = {"name": name, "trainer": "torch",
+                "run_config": {"storage_path": str(tmp_path / "results")}, **document}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+class Follower:
+    """`orchestrate run` in a subprocess, its stderr collected line by line as it comes."""
+
+    def __init__(self, experiment: Path) -> None:
+        self.lines: list[str] = []
+        self.running = threading.Event()  # set at the first per-epoch progress line
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "run", str(experiment)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=dict(os.environ))
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            self.lines.append(line)
+            if line.startswith("» epoch"):
+                self.running.set()
+        self.running.set()  # the process ended: stop waiting
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.reader.join(10)
+
+
+def test_ctrl_c_while_following_leaves_the_job_running(tmp_path):
+    from orchestrator.jobs.submit import Jobs
+    from orchestrator.jobs.targets import local_target
+
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "endless.py").write_text(ENDLESS_LOOP)
+    experiment = write(tmp_path, "endless", working_dir="code", train_loop="endless:train",
+                       train_loop_config={"epochs": 10**6}, scaling_config={"num_workers": 1})
+    follower = Follower(experiment)
+    try:
+        follower.running.wait(600)  # a safety net for a hung run, not a timing assertion
+        assert follower.process.poll() is None, follower.stderr
+        job_id = re.search(r"submitted job (\S+) to", follower.stderr).group(1)
+        jobs = Jobs(local_target(local.current()))  # the local Ray the run started
+        assert jobs.status(job_id) == "RUNNING"
+
+        follower.process.send_signal(signal.SIGINT)
+        assert follower.process.wait(120) == 130, follower.stderr
+        follower.reader.join(10)
+        message = follower.stderr
+        assert f"job {job_id} keeps running" in message
+        assert f"orchestrate stop {job_id}" in message
+        assert "orchestrate stop --local-ray" in message
+        assert "Traceback" not in message
+        assert jobs.status(job_id) == "RUNNING"  # the local Ray was kept for it
+
+        assert main(["stop", job_id]) == 0  # as the message says
+        assert jobs._wait(job_id) == "STOPPED"
+        assert main(["stop", "--local-ray"]) == 0
+        assert local.current() is None
+    finally:
+        follower.close()
+        local.shutdown()
+
+
+def mlp(tmp_path: Path, epochs: int) -> Path:
+    return write(tmp_path, "resumable", model={"name": "mlp", "hidden_dims": [8], "num_classes": 2},
+                 datasets={"train": {"format": "csv", "path": str(DATA / "breast_cancer_train.csv")},
+                           "valid": {"format": "csv", "path": str(DATA / "breast_cancer_valid.csv")}},
+                 label_column="target", preprocessors=[{"type": "StandardScaler"}],
+                 train_loop_config={"epochs": epochs, "batch_size_per_worker": 64},
+                 scaling_config={"num_workers": 2})
+
+
+def run_json(capsys, path: Path, *extra: str) -> tuple[int, dict, str]:
+    code = main(["run", str(path), "--quiet", "--format", "json", *extra])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else {}), err
+
+
+def epochs(summary: dict) -> list[int]:
+    return [row["epoch"] for row in json.loads(Path(summary["history"]).read_text())]
+
+
+def test_resume_continues_from_the_latest_checkpoint(local_ray, tmp_path, capsys):
+    code, first, err = run_json(capsys, mlp(tmp_path, epochs=2))
+    assert code == 0, err
+    assert epochs(first) == [1, 2]
+
+    code, resumed, err = run_json(capsys, mlp(tmp_path, epochs=4), "--resume")
+    assert code == 0, err
+    assert "» epoch 3 " in err and "» epoch 4 " in err
+    assert "» epoch 1 " not in err and "» epoch 2 " not in err  # restored, not retrained
+    assert resumed["run_path"] == first["run_path"]  # the same run, continued
+    assert epochs(resumed) == [1, 2, 3, 4]
+    assert resumed["best_checkpoint"] != first["best_checkpoint"]
+
+    code, fresh, err = run_json(capsys, mlp(tmp_path, epochs=1))  # without --resume: a new run
+    assert code == 0, err
+    assert fresh["run_path"] != first["run_path"] and epochs(fresh) == [1]
