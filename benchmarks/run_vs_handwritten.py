@@ -65,18 +65,27 @@ def main() -> None:
                                       "batch_size_per_worker": batch},
                 "scaling_config": {"num_workers": args.workers},
                 "run_config": {"storage_path": str(work / "results")}}))
-            seconds, out, _ = timed([python, "-m", "orchestrator", "run", str(experiment), "-q",
-                                     "--format", "json"], env)
-            summary = json.loads(out)
-            results["orchestrate"].append((seconds, summary["metrics"]["samples_per_second"]))
-            seconds, out, err = timed([str(bin_dir / "ray"), "job", "submit", "--address", ray.address,
-                                  "--working-dir", str(ROOT / "benchmarks"), "--", "python",
-                                  "handwritten_vit.py", str(work / "data" / "train"),
-                                  str(work / "data" / "valid"), str(work / "results"),
-                                  f"bench-hand-{i}", str(args.workers), str(args.epochs),
-                                  str(batch), json.dumps({"name": "vit", "args": MODEL})], env)
-            throughput = float(re.findall(r"HANDWRITTEN_THROUGHPUT ([0-9.e+-]+)", out + err)[-1])
-            results["handwritten"].append((seconds, throughput))
+            def run_orchestrate():
+                seconds, out, _ = timed([python, "-m", "orchestrator", "run", str(experiment),
+                                         "-q", "--format", "json"], env)
+                summary = json.loads(out)
+                results["orchestrate"].append((seconds, summary["metrics"]["samples_per_second"]))
+
+            def run_handwritten():
+                seconds, out, err = timed([str(bin_dir / "ray"), "job", "submit", "--address",
+                                           ray.address, "--working-dir", str(ROOT / "benchmarks"),
+                                           "--", "python", "handwritten_vit.py",
+                                           str(work / "data" / "train"), str(work / "data" / "valid"),
+                                           str(work / "results"), f"bench-hand-{i}",
+                                           str(args.workers), str(args.epochs), str(batch),
+                                           json.dumps({"name": "vit", "args": MODEL})], env)
+                found = re.findall(r"HANDWRITTEN_THROUGHPUT ([0-9.e+-]+)", out + err)
+                results["handwritten"].append((seconds, float(found[-1])))
+
+            # Alternate who goes first, so neither always gets the warmer machine.
+            order = (run_orchestrate, run_handwritten) if i % 2 == 0 else (run_handwritten, run_orchestrate)
+            for step in order:
+                step()
             print(f"round {i}: orchestrate {results['orchestrate'][-1]}, "
                   f"handwritten {results['handwritten'][-1]}", flush=True)
     wall = {k: statistics.mean(s for s, _ in v) for k, v in results.items()}
