@@ -1,1 +1,2 @@
-"""One module per verb: `HELP`, `add_arguments(parser)`, `run(args) -> int`."""
+"""One module per verb: `add_arguments(parser)` and `run(args) -> int`; the verb and its
+one-line help are listed in `orchestrator.cli.COMMANDS`."""

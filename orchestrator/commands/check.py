@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from ..output import add_format_argument, emit_json, info, print_table
 
-HELP = "check cloud credentials, or everything a cluster YAML needs from its cloud, before launching"
 HEADERS = ("CHECK", "RESULT", "DETAIL", "WHERE", "HINT")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 from ..errors import ClusterError, OrchestrateError
 from ..output import seconds, confirm, info
 
-HELP = "tear down a cluster started with `orchestrate up` and remove its record"
 
 
 def add_arguments(parser) -> None:

@@ -5,7 +5,6 @@ import time
 
 from ..output import add_format_argument, emit_json, print_table
 
-HELP = "list the jobs on a cluster (default: the embedded local Ray)"
 
 
 def add_arguments(parser) -> None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from ..output import info
 
-HELP = "print a job's logs (--follow: until it ends)"
 
 
 def add_arguments(parser) -> None:

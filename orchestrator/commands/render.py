@@ -7,8 +7,6 @@ import yaml
 
 from ..output import add_format_argument, emit_json
 
-HELP = ("print the Ray cluster YAML `ray up` will receive, or the job (entrypoint, runtime_env, "
-        "resolved config) `run` will submit")
 
 
 def add_arguments(parser) -> None:

@@ -7,7 +7,6 @@ import os
 from ..errors import JobError
 from ..output import add_format_argument, emit_json, print_table
 
-HELP = "show a run's final metrics, best checkpoint, metrics history and plot"
 
 
 def add_arguments(parser) -> None:

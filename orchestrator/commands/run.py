@@ -13,7 +13,6 @@ import time
 from ..errors import JobError
 from ..output import add_format_argument, info
 
-HELP = "run an experiment as a Ray Train job and show its results"
 TAIL = 25  # log lines shown when a job fails
 
 
@@ -93,7 +92,7 @@ def run(args) -> int:
         log = jobs.logs(job_id)
     summary = parse_result(log) or {}
     if status != "SUCCEEDED" or summary.get("status") != "SUCCEEDED":
-        info("\n".join(["", f"last lines of the job's log:"] + log.rstrip().splitlines()[-TAIL:]))
+        info("\n".join(["", "last lines of the job's log:"] + log.rstrip().splitlines()[-TAIL:]))
         reason = summary.get("error") or f"the job ended {status}"
         raise JobError(f"job {job_id} failed: {reason}",
                        hint=f"the whole log: orchestrate logs {job_id}" if cluster else None)

@@ -6,7 +6,6 @@ import time
 from ..errors import ClusterError
 from ..output import add_format_argument, emit_json, print_table
 
-HELP = "show the clusters started with `orchestrate up` and their live health"
 
 
 def add_arguments(parser) -> None:

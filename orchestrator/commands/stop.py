@@ -4,7 +4,6 @@ from __future__ import annotations
 from ..errors import JobError
 from ..output import info
 
-HELP = "stop a running job, or with --local-ray shut down the embedded local Ray"
 
 
 def add_arguments(parser) -> None:

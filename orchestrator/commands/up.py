@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from ..output import seconds, add_format_argument, confirm, emit_json, info
 
-HELP = "launch a Ray cluster from a cluster YAML with `ray up`, or bring it up to date"
 
 
 def add_arguments(parser) -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 from ..errors import Problem, SpecError
 from ..output import add_format_argument, emit_json
 
-HELP = "check cluster and experiment YAML files (and folders of them) without launching anything"
 SUFFIXES = (".yaml", ".yml")
 
 
