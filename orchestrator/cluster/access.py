@@ -21,6 +21,7 @@ from typing import Iterator
 
 from ..errors import ClusterError
 from . import state
+from .launcher import stop_process_group
 from .ssh import ssh_command
 
 
@@ -99,13 +100,7 @@ def forward(auth: dict, head_ip: str, remote_port: int, *, timeout: float) -> It
         _wait_forward(process, port, head_ip, timeout)
         yield port
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process_group(process)
         if process.stderr:
             process.stderr.close()
 

@@ -73,12 +73,12 @@ def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: flo
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _stop(process)
+            stop_process_group(process)
             reader.join(5)
             raise ClusterError(f"`ray {args[0]}` did not finish within {timeout:.0f} s and was "
                                f"stopped", hint=f"full log: {log_path}") from None
         except BaseException:  # Ctrl-C: stop ray too, then let the caller record the state
-            _stop(process)
+            stop_process_group(process)
             reader.join(5)
             raise
         reader.join(10)
@@ -115,7 +115,9 @@ def _pump(process, log, lines: list[str], progress: Progress, secrets: list[str]
             progress(f"  {text.strip()}")
 
 
-def _stop(process: subprocess.Popen) -> None:
+def stop_process_group(process: subprocess.Popen) -> None:
+    """Stop a child started with start_new_session=True and everything in its group:
+    SIGINT, then SIGTERM, then SIGKILL, a few seconds apart."""
     for sig, wait in ((signal.SIGINT, 5), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
         if process.poll() is not None:
             return
