@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from tests.processes import stop
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -211,13 +211,7 @@ class Sshd:
         return self.log.read_text(errors="replace").count("Accepted publickey")
 
     def close(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop(self.process)
 
 
 def local_cluster_config(name: str, ips: list[str], user: NodeUser, key: Path) -> dict:

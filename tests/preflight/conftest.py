@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 
 from .wire import FakeCloud
+from tests.processes import stop
 
 os.environ["NO_GCE_CHECK"] = "true"  # before anything imports google.auth (see _loopback_only)
 
@@ -111,12 +112,7 @@ def moto_server(tmp_path_factory):
                 time.sleep(0.2)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
         log.close()
 
 

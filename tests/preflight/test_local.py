@@ -14,6 +14,7 @@ import pytest
 from orchestrator.preflight import FAIL, OK, check_cluster
 
 from .conftest import by_name, only
+from tests.processes import stop
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -60,12 +61,7 @@ def sshd(tmp_path):
                 time.sleep(0.1)
         yield {"hosts": hosts, "key": client_key, "unused": f"{prefix}.9"}
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def local_yaml(head, workers, key, user=None):
