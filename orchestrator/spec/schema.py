@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -70,8 +71,6 @@ def _translate(error, doc: Document) -> list[Problem]:
     if v == "additionalProperties" and isinstance(value, dict):
         allowed = _allowed_keys(schema)
         problems = []
-        import re
-
         patterns = list(schema.get("patternProperties", {}))
         for key in value:
             if key in schema.get("properties", {}) or any(re.search(p, str(key)) for p in patterns):
