@@ -41,7 +41,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
     samples: dict[str, list[float]] = {name: [] for name in COMMANDS}
-    for name, command in COMMANDS.items():  # warm the OS file cache once
+    for command in COMMANDS.values():  # warm the OS file cache once
         time_once(command)
     for _ in range(args.runs):
         for name, command in COMMANDS.items():

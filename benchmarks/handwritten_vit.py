@@ -11,16 +11,15 @@ import tempfile
 import time
 
 import numpy as np
-import torch
-import torch.distributed as dist
-
 import ray
 import ray.train
 import ray.train.torch
+import torch
+import torch.distributed as dist
 from ray.train import Checkpoint, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from orchestrator.runtime.models import build_model
+from orchestrator.workload.models import build_model
 
 train_dir, valid_dir, storage, name, workers, epochs, batch, model_json = sys.argv[1:9]
 
@@ -53,7 +52,8 @@ def train_func(config):
         model.eval()
         valid_loss, correct, count = 0.0, 0, 0
         with torch.no_grad():
-            for b in valid_shard.iter_torch_batches(batch_size=config["batch_size_per_worker"], dtypes=dtypes):
+            for b in valid_shard.iter_torch_batches(batch_size=config["batch_size_per_worker"],
+                                                    dtypes=dtypes):
                 out = model(b["image"])
                 valid_loss += criterion(out, b["label"]).item() * len(b["label"])
                 correct += (out.argmax(1) == b["label"]).sum().item()

@@ -42,8 +42,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    from orchestrator.jobs import local
-    from tests.runtime.synthetic import write_image_parquet
+    from orchestrator import embedded
+    from orchestrator.state import State
+    from tests.workload.synthetic import write_image_parquet
 
     work = Path(tempfile.mkdtemp(prefix="orc-bench-"))
     env = dict(os.environ, ORCHESTRATE_HOME=str(work / "home"), RAY_USAGE_STATS_ENABLED="0")
@@ -53,8 +54,9 @@ def main() -> None:
     batch = 512 // args.workers // 4
     python, bin_dir = sys.executable, Path(sys.executable).parent
     results = {"orchestrate": [], "handwritten": []}
-    with local.session() as (ray, _):  # both commands use this one Ray
-        env.update(local.client_environment(), RAY_ADDRESS=ray.address)  # token auth is on
+    secrets = State.here().secrets
+    with embedded.session(secrets) as (ray, _):  # both commands use this one Ray
+        env.update(embedded.client_environment(secrets), RAY_ADDRESS=ray.address)  # token auth
         for i in range(args.rounds):
             experiment = work / f"bench-{i}.yaml"
             experiment.write_text(json.dumps({
@@ -65,13 +67,13 @@ def main() -> None:
                                       "batch_size_per_worker": batch},
                 "scaling_config": {"num_workers": args.workers},
                 "run_config": {"storage_path": str(work / "results")}}))
-            def run_orchestrate():
+            def run_orchestrate(experiment=experiment):
                 seconds, out, _ = timed([python, "-m", "orchestrator", "run", str(experiment),
                                          "-q", "--format", "json"], env)
                 summary = json.loads(out)
                 results["orchestrate"].append((seconds, summary["metrics"]["samples_per_second"]))
 
-            def run_handwritten():
+            def run_handwritten(i=i):
                 seconds, out, err = timed([str(bin_dir / "ray"), "job", "submit", "--address",
                                            ray.address, "--working-dir", str(ROOT / "benchmarks"),
                                            "--", "python", "handwritten_vit.py",

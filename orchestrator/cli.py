@@ -1,8 +1,10 @@
 """Command-line entry point: argument parsing and the one place errors become exit codes.
 
 Each verb is a module under `orchestrator.commands` with `add_arguments(parser)` and
-`run(args) -> int`, listed with its help in `COMMANDS`. Command modules import only light modules at top level; Ray, torch and
-the cloud SDKs are imported inside the functions that use them, so the CLI starts fast.
+`run(args) -> int`, listed with its help in `COMMANDS`. Command modules import only light modules
+at top level; Ray, torch and the cloud SDKs are imported inside the functions that use them, so
+the CLI starts fast. Exit codes: 0 done, 1 a problem the user can fix (`OrchestrateError`),
+2 bad usage (argparse), 3 a bug (a crash log is written), 130 Ctrl-C.
 """
 from __future__ import annotations
 
@@ -33,10 +35,28 @@ COMMANDS = {
     "results": ("orchestrator.commands.results", "metrics, best checkpoint and plot of a run"),
 }
 
-EXIT_USER_ERROR = 1
-EXIT_USAGE = 2
 EXIT_BUG = 3
 EXIT_INTERRUPTED = 130
+
+
+# Options that come before the verb, and whether each takes a value. Any that takes one must be
+# listed, so that the verb is found after it (`orchestrate --opt VALUE up ...`).
+GLOBAL_OPTIONS = {"--version": False, "-h": False, "--help": False}
+
+
+def chosen_verb(argv: list[str]) -> str | None:
+    """The verb of a command line: the first word after the global options (None if absent)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            break
+        if word.startswith("-"):
+            name, has_value = word.partition("=")[::2]
+            if GLOBAL_OPTIONS.get(name) and not has_value:
+                next(words, None)  # the option's value
+            continue
+        return word if word in COMMANDS else None
+    return None
 
 
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
@@ -47,7 +67,7 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"orchestrate {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    chosen = next((a for a in argv if not a.startswith("-")), None)
+    chosen = chosen_verb(argv)
     for verb, (module_name, help_text) in COMMANDS.items():
         command_parser = sub.add_parser(verb, help=help_text, description=help_text)
         if verb == chosen:
@@ -68,12 +88,17 @@ def _print_error(exc: OrchestrateError) -> None:
         print(f"TIP   {exc.hint}", file=sys.stderr)
 
 
-def _report_bug() -> None:
+def _report_bug(argv: list[str]) -> None:
+    import platform
     import tempfile
     import traceback
 
     fd, path = tempfile.mkstemp(prefix="orchestrate-crash-", suffix=".log")
     with os.fdopen(fd, "w") as log:
+        log.write(f"orchestrate {__version__}, Python {platform.python_version()} "
+                  f"({sys.executable}), {platform.platform()}\n")
+        verb = chosen_verb(argv)
+        log.write(f"command: orchestrate {verb or '?'} (arguments not recorded)\n\n")
         traceback.print_exc(file=log)
     print(
         f"ERROR an unexpected error occurred (a bug in orchestrate); details in {path}",
@@ -95,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception:  # noqa: BLE001 - the last line of defence: no traceback for users
-        _report_bug()
+        _report_bug(argv)
         return EXIT_BUG
 
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 
 def add_format_argument(parser) -> None:

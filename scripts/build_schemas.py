@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.spec.providers import PROVIDERS  # noqa: E402
+from orchestrator.providers import PROVIDERS  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import experiment_schema  # noqa: E402

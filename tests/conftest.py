@@ -31,10 +31,21 @@ def local_ray():
     """The embedded local Ray (own temp dir, ports, token, under this test's ORCHESTRATE_HOME),
     held for the whole test so `orchestrate run` reuses it and jobs can be inspected afterwards;
     stopped at the end even when the test fails."""
-    from orchestrator.jobs import local
+    from orchestrator import embedded
+    from orchestrator.state import State
 
+    secrets = State.here().secrets
     try:
-        with local.session() as (ray, _started):
+        with embedded.session(secrets) as (ray, _started):
             yield ray
     finally:
-        local.shutdown()  # also a Ray a detached job asked to keep
+        embedded.shutdown(secrets)  # also a Ray a detached job asked to keep
+
+
+@pytest.fixture
+def state():
+    """This test's StateStore and SecretStore (under its own ORCHESTRATE_HOME)."""
+    from orchestrator.state import State
+
+    return State.here()
+

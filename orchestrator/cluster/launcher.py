@@ -1,22 +1,27 @@
-"""Ray's cluster launcher (`ray up`, `ray down`, `ray get-head-ip`) run as subprocesses.
+"""The ClusterBackend of clusters from a file: Ray's cluster launcher (`ray up`, `ray down`,
+`ray get-head-ip`), run as subprocesses.
 
 The CLI is the stable surface (ray.autoscaler.sdk is a DeveloperAPI). Every line of output goes
-to a log file in the cluster's state folder; the numbered steps and warnings go to `progress`.
-The run is bounded by `timeout`; Ctrl-C or the timeout stops the whole process group.
+to a log file in the cluster's workspace with the token masked; the numbered steps and warnings
+go to `progress`. Each run is bounded by a timeout; Ctrl-C or the timeout stops its whole
+process group.
 """
 from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import IO
 
+from .. import providers
 from ..errors import ClusterError
+from ..state import State, cluster_key
+from ..util.processes import stop_group
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+\s+(?P<level>[A-Z]+) \S+ -- ")
@@ -51,7 +56,7 @@ def ray_command(*args: str) -> list[str]:
 
 
 def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: float,
-            env: dict | None = None, secrets: Iterable[str] = ()) -> str:
+            env: dict[str, str] | None = None, secrets: Iterable[str] = ()) -> str:
     """Run `ray <args>`; return its output (ANSI removed). Raise ClusterError on failure."""
     secrets = [s for s in secrets if s]
     environment = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
@@ -73,12 +78,12 @@ def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: flo
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            stop_process_group(process)
+            stop_group(process)
             reader.join(5)
             raise ClusterError(f"`ray {args[0]}` did not finish within {timeout:.0f} s and was "
                                f"stopped", hint=f"full log: {log_path}") from None
         except BaseException:  # Ctrl-C: stop ray too, then let the caller record the state
-            stop_process_group(process)
+            stop_group(process)
             reader.join(5)
             raise
         reader.join(10)
@@ -98,7 +103,9 @@ def diagnose(output: str) -> str:
     return meaningful[-1].strip() if meaningful else "no output"
 
 
-def _pump(process, log, lines: list[str], progress: Progress, secrets: list[str]) -> None:
+def _pump(process: subprocess.Popen[str], log: IO[str], lines: list[str], progress: Progress,
+          secrets: list[str]) -> None:
+    assert process.stdout is not None
     for raw in process.stdout:
         line = _ANSI.sub("", raw.rstrip("\n"))
         for secret in secrets:
@@ -115,17 +122,52 @@ def _pump(process, log, lines: list[str], progress: Progress, secrets: list[str]
             progress(f"  {text.strip()}")
 
 
-def stop_process_group(process: subprocess.Popen) -> None:
-    """Stop a child started with start_new_session=True and everything in its group:
-    SIGINT, then SIGTERM, then SIGKILL, a few seconds apart."""
-    for sig, wait in ((signal.SIGINT, 5), (signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        if process.poll() is not None:
-            return
+class RayLauncher:
+    """`ray up` / `ray down` of one rendered config file, with the provider's environment.
+
+    The launcher's own files (local provider state, config cache, bootstrap temp files) live in
+    the cluster's workspace, not in /tmp where other clusters and users meet.
+    """
+
+    def __init__(self, state: State, progress: Progress) -> None:
+        self.state = state
+        self.progress = progress
+
+    def _env(self, name: str, provider: str) -> dict[str, str]:
+        scratch = self.state.store.workspace(name) / "launcher"
+        return {"RAY_TMPDIR": str(scratch), "TMPDIR": str(scratch),
+                **providers.get(provider).launcher_env()}
+
+    def _secrets(self, name: str) -> list[str]:
+        """The cluster's token, masked in every log (none after a very early failure)."""
         try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(wait)
-        except subprocess.TimeoutExpired:
-            continue
+            return [self.state.secrets.read(cluster_key(name))]
+        except ClusterError:
+            return []
+
+    def _log(self, name: str, file: str) -> Path:
+        return self.state.store.workspace(name) / file
+
+    def launch(self, name: str, provider: str, config_file: Path, *, restart: bool,
+               timeout: float) -> None:
+        args = ["up", str(config_file), "-y", "--no-config-cache", "--log-style", "record",
+                "--log-color", "false"] + ([] if restart else ["--no-restart"])
+        run_ray(args, log_path=self._log(name, "up.log"), progress=self.progress,
+                timeout=timeout, env=self._env(name, provider), secrets=self._secrets(name))
+
+    def head_address(self, name: str, provider: str, config_file: Path) -> str:
+        output = run_ray(["get-head-ip", str(config_file)], progress=lambda _: None,
+                         log_path=self._log(name, "up.log"), timeout=120,
+                         env=self._env(name, provider), secrets=self._secrets(name))
+        lines = [line.strip() for line in output.splitlines() if line.strip()]
+        if not lines:
+            raise ClusterError("`ray get-head-ip` printed no address")
+        return lines[-1]
+
+    def teardown(self, name: str, provider: str, config_file: Path, *, timeout: float) -> None:
+        run_ray(["down", str(config_file), "-y", "--log-style", "record", "--log-color", "false"],
+                log_path=self._log(name, "down.log"), progress=self.progress, timeout=timeout,
+                env=self._env(name, provider), secrets=self._secrets(name))
+
+    def log_path(self, name: str, action: str) -> Path:
+        return self._log(name, f"{action}.log")

@@ -5,23 +5,29 @@ With files: every preflight check of each cluster (exit 1 when any check fails).
 """
 from __future__ import annotations
 
+import argparse
+from typing import TYPE_CHECKING
+
 from ..output import add_format_argument, emit_json, info, print_table
+
+if TYPE_CHECKING:
+    from ..providers import CheckResult
 
 HEADERS = ("CHECK", "RESULT", "DETAIL", "WHERE", "HINT")
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="*", metavar="cluster.yaml",
                         help="cluster files to check; none: report which clouds are usable")
     add_format_argument(parser)
 
 
-def _rows(results) -> list[tuple]:
+def _rows(results: list[CheckResult]) -> list[tuple[str, ...]]:
     return [(r.name, r.status, r.detail, r.where(), r.hint or "") for r in results]
 
 
-def _credentials(args) -> int:
-    from ..preflight import OK, check_credentials
+def _credentials(args: argparse.Namespace) -> int:
+    from ..providers import OK, check_credentials
 
     results = check_credentials()
     usable = [r for r in results if r.status == OK]
@@ -33,11 +39,11 @@ def _credentials(args) -> int:
     return 0 if usable else 1
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if not args.files:
         return _credentials(args)
-    from ..preflight import WARN, check_cluster, failures
-    from ..spec.cluster import load_cluster
+    from ..language.cluster import load_cluster
+    from ..providers import WARN, check_cluster, failures
 
     reports = []
     for path in args.files:

@@ -1,12 +1,13 @@
 """orchestrate down [CLUSTER.yaml | NAME]: tear a cluster down with `ray down` and forget it."""
 from __future__ import annotations
 
-from ..errors import ClusterError, OrchestrateError
-from ..output import seconds, confirm, info
+import argparse
+
+from ..errors import OrchestrateError
+from ..output import confirm, info, seconds
 
 
-
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", nargs="?", metavar="CLUSTER.yaml|NAME",
                         help="the cluster's YAML file or name (default: the only recorded one)")
     parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
@@ -14,31 +15,17 @@ def add_arguments(parser) -> None:
                         help="stop `ray down` after this long (default: 900)")
 
 
-def pick(target: str | None):
-    from ..cluster import state
-    from ..cluster.access import resolve
+def run(args: argparse.Namespace) -> int:
+    from ..cluster.apply import tear_down
+    from ..cluster.launcher import RayLauncher
+    from ..state import State
+    from . import pick
 
-    if target:
-        return resolve(target)
-    records = state.list_records()
-    if not records:
-        raise ClusterError("no cluster is recorded; nothing to tear down")
-    if len(records) > 1:
-        names = ", ".join(r.name for r in records)
-        raise ClusterError(f"{len(records)} clusters are recorded ({names}); say which one",
-                           hint="orchestrate down NAME")
-    return records[0]
-
-
-def run(args) -> int:
-    from ..cluster import lifecycle, state
-
-    record = pick(args.target)
+    state = State.here()
+    record = pick.cluster(args.target, state) if args.target else pick.only_cluster(state)
     if not confirm(f"Tear down cluster {record.name} ({record.provider}, state {record.state})?",
                    assume_yes=args.yes):
         raise OrchestrateError("cancelled; nothing was changed")
-    with state.locked(record.name, action="down"):
-        current = state.read_record(record.name) or record
-        lifecycle.down(current, progress=info, timeout=args.timeout)
+    tear_down(record.name, state, RayLauncher(state, info), info, timeout=args.timeout)
     info(f"cluster {record.name} is down and forgotten")
     return 0

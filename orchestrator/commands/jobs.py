@@ -1,25 +1,29 @@
 """orchestrate jobs: the jobs on a cluster or on the embedded local Ray."""
 from __future__ import annotations
 
+import argparse
 import time
 
 from ..output import add_format_argument, emit_json, print_table
 
 
-
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", metavar="NAME|CLUSTER.yaml", help="the cluster to ask")
     add_format_argument(parser)
 
 
-def _when(ms) -> str:
+def _when(ms: int | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
 
 
-def run(args) -> int:
-    from ..jobs import targets
+def run(args: argparse.Namespace) -> int:
+    from ..jobs.targets import jobs_on
+    from ..state import State
+    from . import pick
 
-    with targets.existing(args.cluster) as jobs:
+    state = State.here()
+    cluster = pick.cluster(args.cluster, state) if args.cluster else None
+    with jobs_on(cluster, state) as jobs:
         rows = [{"job_id": j.submission_id, "status": str(getattr(j.status, "value", j.status)),
                  "experiment": (j.metadata or {}).get("experiment", ""),
                  "start_time": j.start_time, "end_time": j.end_time,

@@ -1,21 +1,24 @@
 """orchestrate logs JOB: a job's log so far, or followed until it ends."""
 from __future__ import annotations
 
+import argparse
+
 from ..output import info
 
 
-
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", metavar="JOB", help="the job's submission id")
     parser.add_argument("--cluster", metavar="NAME|CLUSTER.yaml",
                         help="the job's cluster (default: where this machine submitted it)")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
 
 
-def run(args) -> int:
-    from ..jobs import targets
+def run(args: argparse.Namespace) -> int:
+    from ..state import State
+    from . import pick
 
-    with targets.existing(args.cluster, args.job) as jobs:
+    state = State.here()
+    with pick.jobs_of(args.job, args.cluster, state) as jobs:
         if not args.follow:
             print(jobs.logs(args.job), end="")
             return 0

@@ -1,27 +1,32 @@
 """orchestrate render FILE: print exactly what would be handed to Ray, and nothing else."""
 from __future__ import annotations
 
+import argparse
 import json
+from typing import Any
 
 import yaml
 
+from ..language.cluster import ClusterSpec
+from ..language.experiment import ExperimentSpec
 from ..output import add_format_argument, emit_json
 
 
-
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="FILE", help="a cluster or experiment YAML file")
     add_format_argument(parser)
 
 
-def render_document(spec) -> dict:
+def render_document(spec: ClusterSpec | ExperimentSpec) -> dict[str, Any]:
     """What to show for a spec: the Ray cluster config, or the job plan."""
-    if hasattr(spec, "provider"):
-        from ..cluster.state import token_path
+    if isinstance(spec, ClusterSpec):
         from ..render.cluster import render_cluster
+        from ..state import State, cluster_key
 
-        return render_cluster(spec, token_file=str(token_path(spec.name)))
-    from ..render.experiment import CONFIG_ENV, digest_directory, render_job
+        token_file = State.here().secrets.path(cluster_key(spec.name))
+        return render_cluster(spec, token_file=str(token_file)).config
+    from ..contract import CONFIG_ENV
+    from ..render.experiment import digest_directory, render_job
 
     plan = render_job(spec, working_dir_digest=digest_directory(spec.working_dir))
     shown = plan.as_dict()
@@ -33,8 +38,8 @@ def render_document(spec) -> dict:
     return shown
 
 
-def run(args) -> int:
-    from ..spec import load_any
+def run(args: argparse.Namespace) -> int:
+    from ..language import load_any
 
     document = render_document(load_any(args.path))
     if args.format == "json":

@@ -1,29 +1,33 @@
 """orchestrate results RUN: a finished run's metrics, best checkpoint and plot."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
+from typing import Any
 
 from ..errors import JobError
 from ..output import add_format_argument, emit_json, print_table
 
 
-
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN",
                         help="a run name, a job id, or the run's folder (path or URI)")
     add_format_argument(parser)
 
 
-def find_summary(key: str) -> dict:
-    from ..jobs import registry
-    from ..runtime import results
+def find_summary(key: str) -> dict[str, Any]:
+    from ..state import State
+    from ..util.uris import is_uri
+    from ..workload import results
 
-    summary = registry.run(key)
-    if summary is None and registry.job(key):
-        summary = registry.run(registry.job(key).get("name") or "")
-    if summary is None and ("/" in key or "://" in key):
-        uri = key if "://" in key else os.path.abspath(key)
+    store = State.here().store
+    summary = store.run(key)
+    job = store.job(key)
+    if summary is None and job:
+        summary = store.run(job.get("name") or "")
+    if summary is None and ("/" in key or is_uri(key)):
+        uri = key if is_uri(key) else os.path.abspath(key)
         data = results.read_bytes(results.join(uri, results.FOLDER, "summary.json"))
         summary = json.loads(data) if data else None
     if summary is None:
@@ -32,7 +36,7 @@ def find_summary(key: str) -> dict:
     return summary
 
 
-def show(summary: dict, fmt: str = "text") -> None:
+def show(summary: dict[str, Any], fmt: str = "text") -> None:
     """The results table shared with `orchestrate run`."""
     if fmt == "json":
         emit_json(summary)
@@ -47,10 +51,10 @@ def show(summary: dict, fmt: str = "text") -> None:
     print_table(rows, [f"RUN {summary.get('name', '')}", summary.get("status", "")])
 
 
-def _number(value) -> str:
+def _number(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     show(find_summary(args.run), args.format)
     return 0

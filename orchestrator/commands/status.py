@@ -1,45 +1,46 @@
 """orchestrate status [NAME]: the recorded clusters and their live health."""
 from __future__ import annotations
 
+import argparse
 import time
+from typing import Any
 
 from ..errors import ClusterError
 from ..output import add_format_argument, emit_json, print_table
+from ..state import UP, ClusterRecord, State
 
 
-
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", metavar="NAME|CLUSTER.yaml",
                         help="one cluster (default: all recorded)")
     add_format_argument(parser)
 
 
-def _live(record) -> dict:
-    from ..cluster.access import open_record
+def _live(record: ClusterRecord, state: State) -> dict[str, Any]:
     from ..cluster.health import probe
+    from ..endpoint import open_cluster
 
-    if record.state not in ("up",):
+    if record.state != UP:
         return {"reachable": False, "error": record.message}
     try:
-        with open_record(record, timeout=15) as access:
-            return {"reachable": True, "error": None,
-                    **probe(access.address, access.token).as_dict()}
+        with open_cluster(record, state, timeout=15) as endpoint:
+            return {"reachable": True, "error": None, **probe(endpoint).as_dict()}
     except ClusterError as exc:
         return {"reachable": False, "error": exc.message}
 
 
-def _resources(live: dict) -> str:
+def _resources(live: dict[str, Any]) -> str:
     res = live.get("resources") or {}
     parts = [f"{res[k]:g} {k}" for k in ("CPU", "GPU") if res.get(k)]
     return ", ".join(parts)
 
 
-def run(args) -> int:
-    from ..cluster import state
-    from ..cluster.access import resolve
+def run(args: argparse.Namespace) -> int:
+    from . import pick
 
-    records = [resolve(args.name)] if args.name else state.list_records()
-    rows = [{**r.as_dict(), "live": _live(r)} for r in records]
+    state = State.here()
+    records = [pick.cluster(args.name, state)] if args.name else state.store.list_clusters()
+    rows = [{**r.as_dict(), "live": _live(r, state)} for r in records]
     if args.format == "json":
         emit_json(rows)
         return 0

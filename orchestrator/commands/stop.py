@@ -1,12 +1,13 @@
 """orchestrate stop JOB: stop a running job (the cluster keeps running)."""
 from __future__ import annotations
 
+import argparse
+
 from ..errors import JobError
 from ..output import info
 
 
-
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", nargs="?", metavar="JOB", help="the job's submission id")
     parser.add_argument("--cluster", metavar="NAME|CLUSTER.yaml",
                         help="the job's cluster (default: where this machine submitted it)")
@@ -14,15 +15,18 @@ def add_arguments(parser) -> None:
                         help="shut down the embedded local Ray (and every job on it)")
 
 
-def run(args) -> int:
-    from ..jobs import local, targets
+def run(args: argparse.Namespace) -> int:
+    from .. import embedded
+    from ..state import State
+    from . import pick
 
+    state = State.here()
     if args.local_ray:
-        info("local Ray stopped" if local.shutdown() else "no local Ray is running")
+        info("local Ray stopped" if embedded.shutdown(state.secrets) else "no local Ray is running")
         return 0
     if not args.job:
         raise JobError("name the job to stop", hint="`orchestrate jobs` lists them")
-    with targets.existing(args.cluster, args.job) as jobs:
+    with pick.jobs_of(args.job, args.cluster, state) as jobs:
         stopped = jobs.stop(args.job)
         status = jobs.status(args.job)
     info(f"job {args.job}: {'stop requested' if stopped else 'was not running'} ({status})")

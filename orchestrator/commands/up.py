@@ -1,11 +1,12 @@
 """orchestrate up CLUSTER.yaml: launch (or update) a Ray cluster and record it."""
 from __future__ import annotations
 
-from ..output import seconds, add_format_argument, confirm, emit_json, info
+import argparse
+
+from ..output import add_format_argument, confirm, emit_json, info, seconds
 
 
-
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="CLUSTER.yaml", help="the cluster YAML file")
     parser.add_argument("-y", "--yes", action="store_true",
                         help="do not ask before restarting Ray on a running cluster")
@@ -20,30 +21,22 @@ def add_arguments(parser) -> None:
     add_format_argument(parser)
 
 
-def _preflight(spec) -> None:
-    from ..preflight import ensure_ready
-
-    ensure_ready(spec)
-
-
-def run(args) -> int:
-    from ..cluster import lifecycle, state
-    from ..render.cluster import render_cluster
-    from ..spec.cluster import load_cluster
+def run(args: argparse.Namespace) -> int:
+    from ..cluster.apply import UpOptions, up
+    from ..cluster.launcher import RayLauncher
+    from ..language.cluster import load_cluster
+    from ..state import State
 
     spec = load_cluster(args.path)
-    with state.locked(spec.name, action="up"):
-        token_file = state.ensure_token(spec.name)
-        config = render_cluster(spec, token_file=str(token_file))
-        result = lifecycle.up(
-            name=spec.name, provider=spec.provider, file=str(spec.path.resolve()), config=config,
-            progress=info, confirm=lambda q: confirm(q, assume_yes=args.yes),
-            preflight=(lambda: None) if args.skip_preflight else (lambda: _preflight(spec)),
-            timeout=args.timeout, wait_timeout=args.wait_timeout, wait=not args.no_wait,
-        )
+    state = State.here()
+    options = UpOptions(preflight=not args.skip_preflight, wait=not args.no_wait,
+                        timeout=args.timeout, wait_timeout=args.wait_timeout)
+    result = up(spec, state, RayLauncher(state, info), options, info,
+                lambda question: confirm(question, assume_yes=args.yes))
     record = result.record
     if args.format == "json":
-        emit_json({"action": result.action, "changes": result.changes, **record.as_dict(),
+        emit_json({"action": result.action, "changes": result.changes,
+                   "plan": result.plan.as_dict(), **record.as_dict(),
                    "health": result.health.as_dict() if result.health else None})
         return 0
     if result.action == "unchanged":

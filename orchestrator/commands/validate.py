@@ -1,8 +1,10 @@
 """orchestrate validate PATH...: check cluster and experiment files, report every error."""
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..errors import Problem, SpecError
 from ..output import add_format_argument, emit_json
@@ -10,13 +12,14 @@ from ..output import add_format_argument, emit_json
 SUFFIXES = (".yaml", ".yml")
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="YAML files or folders")
     add_format_argument(parser)
 
 
 def collect_files(paths: list[str]) -> tuple[list[Path], list[Problem]]:
-    files, problems = [], []
+    files: list[Path] = []
+    problems: list[Problem] = []
     for text in paths:
         path = Path(text)
         if path.is_dir():
@@ -32,22 +35,23 @@ def collect_files(paths: list[str]) -> tuple[list[Path], list[Problem]]:
     return files, problems
 
 
-def validate_file(path: Path) -> dict:
-    from ..spec import load_any
+def validate_file(path: Path) -> dict[str, Any]:
+    from ..language import load_any
+    from ..language.cluster import ClusterSpec
 
     try:
         spec = load_any(path)
     except SpecError as exc:
         return {"file": str(path), "kind": None, "valid": False,
                 "errors": [p.as_dict() for p in exc.problems]}
-    kind = "cluster" if hasattr(spec, "provider") else "experiment"
-    warnings = list(getattr(spec, "warnings", ()))
-    if kind == "experiment" and spec.cluster is not None:
-        warnings += list(spec.cluster.warnings)
+    if isinstance(spec, ClusterSpec):
+        kind, warnings = "cluster", list(spec.warnings)
+    else:
+        kind, warnings = "experiment", list(spec.cluster.warnings if spec.cluster else ())
     return {"file": str(path), "kind": kind, "valid": True, "errors": [p.as_dict() for p in warnings]}
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     files, missing = collect_files(args.paths)
     results = [validate_file(path) for path in files]
     results += [{"file": p.file, "kind": None, "valid": False, "errors": [p.as_dict()]} for p in missing]

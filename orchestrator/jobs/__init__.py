@@ -1,1 +1,2 @@
-"""Getting experiments onto Ray: the embedded local Ray, submission, following, results."""
+"""Getting experiments onto Ray: where a job goes (`targets`), the job client on an Endpoint
+(`client`), and the `run` use case (`experiment`: submit once, follow, collect results)."""

@@ -1,39 +1,41 @@
-"""Which Ray a command talks to: a recorded cluster (through `open_cluster`, with its token) or
-the embedded local Ray."""
+"""Which Ray a job command talks to: a recorded cluster (through its Endpoint, with its token)
+or the embedded local Ray."""
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
-from ..errors import JobError
-from . import local, registry
-from .submit import Jobs, Target
+from .. import embedded
+from ..endpoint import open_cluster
+from ..errors import ClusterError, JobError
+from ..state import ClusterRecord, State
+from .client import JobsClient
+
+
+def recorded_cluster(name: str, state: State) -> ClusterRecord:
+    """The record of cluster `name`, or ClusterError listing the known ones."""
+    record = state.store.read_cluster(name)
+    if record is None:
+        known = ", ".join(r.name for r in state.store.list_clusters()) or "none"
+        raise ClusterError(f"no cluster {name!r} is recorded (known: {known})",
+                           hint="start it with `orchestrate up CLUSTER.yaml`")
+    return record
 
 
 @contextlib.contextmanager
-def cluster_jobs(cluster: str) -> Iterator[Jobs]:
-    from ..cluster.access import open_cluster
-
-    with open_cluster(cluster) as access:
-        yield Jobs(Target(access.address, access.token, f"cluster {access.name or cluster}"))
-
-
-def local_target(ray: local.LocalRay) -> Target:
-    """The embedded local Ray, with its token."""
-    return Target(ray.address, local.read_token())
-
-
-@contextlib.contextmanager
-def existing(cluster: str | None, job_id: str | None = None) -> Iterator[Jobs]:
-    """For jobs/logs/stop: the given cluster, else the job's recorded one, else the local Ray."""
-    if cluster is None and job_id:
-        cluster = (registry.job(job_id) or {}).get("cluster")
-    if cluster:
-        with cluster_jobs(cluster) as jobs:
-            yield jobs
+def jobs_on(cluster: ClusterRecord | None, state: State) -> Iterator[JobsClient]:
+    """Jobs on `cluster`, or on the embedded local Ray when it is None (which must be up)."""
+    if cluster is not None:
+        with open_cluster(cluster, state) as endpoint:
+            yield JobsClient(endpoint)
         return
-    ray = local.current()
+    ray = embedded.current(state.secrets)
     if ray is None:
         raise JobError("no local Ray is running (it stops when its last run ends)",
                        hint="name a cluster with --cluster NAME")
-    yield Jobs(local_target(ray))
+    yield JobsClient(ray.endpoint(state.secrets))
+
+
+def cluster_of_job(job_id: str, state: State) -> str | None:
+    """The cluster this machine submitted `job_id` to (None: the local Ray, or unknown)."""
+    return (state.store.job(job_id) or {}).get("cluster")

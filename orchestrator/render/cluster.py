@@ -1,15 +1,41 @@
 """ClusterSpec -> the exact Ray cluster config that `ray up` receives.
 
-Pure: the same spec and token path always give the same dict. The token itself never appears,
+Pure: the same spec and token path always give the same result. The token itself never appears,
 only the path of the local file holding it (mounted onto every node by Ray's file_mounts).
 """
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ..spec.cluster import ClusterSpec
+from .. import providers
+from ..language.cluster import ClusterSpec
+from .harden import Dashboard, harden_ray_config
+
+
+@dataclass(frozen=True)
+class RenderedCluster:
+    """What `ray up` gets (`config`), and what orchestrate needs to know about it."""
+
+    name: str
+    provider: str
+    file: str                      # the user's cluster YAML, absolute
+    config: dict[str, Any] = field(repr=False)
+    dashboard: Dashboard
+    expected_nodes: int            # the head plus the workers Ray keeps running at the least
+
+    @property
+    def config_hash(self) -> str:
+        return config_hash(self.config)
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
 def _absolute(base: Path, value: str) -> str:
@@ -20,9 +46,8 @@ def _absolute(base: Path, value: str) -> str:
     return str((base / expanded).resolve())
 
 
-def render_cluster(spec: ClusterSpec, *, token_file: str) -> dict:
-    from ..cluster.secure import harden_ray_config
-
+def render_cluster(spec: ClusterSpec, *, token_file: str) -> RenderedCluster:
+    provider = providers.get(spec.provider)
     config = copy.deepcopy(spec.document)
     base = spec.path.resolve().parent
     mounts = config.get("file_mounts")
@@ -32,4 +57,7 @@ def render_cluster(spec: ClusterSpec, *, token_file: str) -> dict:
     for key in ("ssh_private_key", "ssh_public_key"):
         if key in auth:
             auth[key] = _absolute(base, auth[key])
-    return harden_ray_config(config, provider=spec.provider, token_file=token_file)
+    hardened, dashboard = harden_ray_config(config, provider=provider, token_file=token_file)
+    return RenderedCluster(name=spec.name, provider=spec.provider, file=str(spec.path.resolve()),
+                           config=hardened, dashboard=dashboard,
+                           expected_nodes=provider.expected_nodes(hardened))

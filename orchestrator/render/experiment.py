@@ -1,7 +1,7 @@
 """ExperimentSpec -> JobPlan: what `orchestrate run` submits to Ray's Job Submission API.
 
-The resolved configuration (docs/design.md) is everything the job needs, as plain JSON; the
-job's code (orchestrator.runtime) reads it from ORCHESTRATE_EXPERIMENT. The submission id is
+The resolved configuration (`contract.JobConfig`) is everything the job needs, as plain JSON;
+the job's code (orchestrator.workload) reads it from `contract.CONFIG_ENV`. The submission id is
 derived from the content (config + working_dir digest), so an unchanged experiment is not run
 twice by accident.
 """
@@ -9,26 +9,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ..spec.experiment import ExperimentSpec, is_uri
-
-ENTRYPOINT = "python -m orchestrator.runtime"
-CONFIG_ENV = "ORCHESTRATE_EXPERIMENT"
-CONFIG_VERSION = 1
-_DIGEST_FILE_LIMIT = 5000
+from .. import contract
+from ..contract import JobConfig
+from ..language.experiment import ExperimentSpec
+from ..util.files import digest_tree
+from ..util.uris import is_uri
 
 
 @dataclass(frozen=True)
 class JobPlan:
     entrypoint: str
-    runtime_env: dict
-    config: dict
+    runtime_env: dict[str, Any]
+    config: JobConfig
     submission_id: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"submission_id": self.submission_id, "entrypoint": self.entrypoint,
                 "runtime_env": self.runtime_env, "config": self.config}
 
@@ -49,7 +48,7 @@ def _dataset_path(path: str, base: Path, working_dir: Path) -> str:
         return str(absolute)
 
 
-def resolve_config(spec: ExperimentSpec) -> dict:
+def resolve_config(spec: ExperimentSpec) -> JobConfig:
     data, base = spec.document, spec.path.resolve().parent
     model = data.get("model")
     run = dict(data.get("run_config") or {})
@@ -72,7 +71,8 @@ def resolve_config(spec: ExperimentSpec) -> dict:
     if tune:
         tune = {"param_space": tune["param_space"], "tune_config": tune.get("tune_config") or {}}
     return {
-        "version": CONFIG_VERSION,
+        "version": contract.CONFIG_VERSION,
+        "workload": "train",
         "name": spec.name,
         "trainer": spec.trainer,
         "model": ({"name": model["name"], "args": {k: v for k, v in model.items() if k != "name"}}
@@ -98,7 +98,7 @@ def _guess_format(path: str) -> str:
     return {"csv": "csv", "json": "json", "jsonl": "json", "npy": "numpy"}.get(suffix, "parquet")
 
 
-def submission_id(config: dict, working_dir_digest: str) -> str:
+def submission_id(config: JobConfig, working_dir_digest: str) -> str:
     content = json.dumps(config, sort_keys=True) + working_dir_digest
     return f"orchestrate-{config['name']}-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
 
@@ -109,28 +109,13 @@ def render_job(spec: ExperimentSpec, *, working_dir_digest: str = "", resume: bo
     runtime_env = {
         "working_dir": str(spec.working_dir),
         "py_modules": [package_dir()],
-        "env_vars": {CONFIG_ENV: json.dumps(config, sort_keys=True), "RAY_USAGE_STATS_ENABLED": "0"},
+        "env_vars": {contract.CONFIG_ENV: contract.encode(config), "RAY_USAGE_STATS_ENABLED": "0"},
     }
-    return JobPlan(entrypoint=ENTRYPOINT, runtime_env=runtime_env, config=config,
+    return JobPlan(entrypoint=contract.ENTRYPOINT, runtime_env=runtime_env, config=config,
                    submission_id=submission_id(config, working_dir_digest))
 
 
 def digest_directory(path: Path) -> str:
-    """A digest of the files Ray will upload as working_dir (names, sizes and contents)."""
-    digest = hashlib.sha256()
-    count = 0
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
-        for name in sorted(files):
-            count += 1
-            if count > _DIGEST_FILE_LIMIT:
-                return digest.hexdigest()
-            file = Path(root) / name
-            digest.update(str(file.relative_to(path)).encode())
-            try:
-                with open(file, "rb") as handle:
-                    for block in iter(lambda: handle.read(1 << 20), b""):
-                        digest.update(block)
-            except OSError:
-                continue
-    return digest.hexdigest()
+    """A digest of the files Ray will upload as working_dir (names and contents). An input of
+    `render_job`, computed by its caller: the one place this layer reads files."""
+    return digest_tree(path, lambda name: name.startswith(".") or name == "__pycache__")

@@ -23,6 +23,7 @@ import yaml
 
 from .machine import NodeUser, Sshd, free_loopback_ips, local_cluster_config
 
+
 @dataclass
 class Machine:
     folder: Path
@@ -66,14 +67,16 @@ class ClusterHandle:
 
     @contextlib.contextmanager
     def open(self):
-        """`orchestrator.cluster.access.open_cluster` for this cluster, in this process."""
-        from orchestrator.cluster.access import open_cluster
+        """`orchestrator.endpoint.open_cluster` for this cluster, in this process."""
+        from orchestrator.endpoint import open_cluster
+        from orchestrator.state import State
 
         before = os.environ.get("ORCHESTRATE_HOME")
         os.environ["ORCHESTRATE_HOME"] = str(self.home)
         try:
-            with open_cluster(self.name) as access:
-                yield access
+            state = State.here()
+            with open_cluster(state.store.read_cluster(self.name), state) as endpoint:
+                yield endpoint
         finally:
             if before is None:
                 os.environ.pop("ORCHESTRATE_HOME", None)
@@ -131,7 +134,7 @@ def launch(machine: Machine, home: Path, name: str, **overrides) -> ClusterHandl
         raise RuntimeError(f"orchestrate up failed ({done.returncode}):\n{done.stderr}")
     result = json.loads(done.stdout)
     handle.address = result["address"]
-    handle.token = (home / "clusters" / name / "auth_token").read_text().strip()
+    handle.token = (home / "secrets" / "clusters" / name).read_text().strip()
     return handle
 
 

@@ -16,6 +16,7 @@ import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
 from tests.processes import stop
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,7 +84,7 @@ class NodeUser:
     uid: int = 0
 
     @classmethod
-    def create(cls) -> "NodeUser":
+    def create(cls) -> NodeUser:
         name = f"orch{random.SystemRandom().randrange(16**6):06x}"
         # "*" (not the default "!"): no password, yet not locked, so sshd lets keys in.
         run(["useradd", "--create-home", "--shell", "/bin/bash", "--password", "*", name])
@@ -154,7 +155,7 @@ class Sshd:
     process: subprocess.Popen | None = None
 
     @classmethod
-    def start(cls, ips: list[str], folder: Path, user: NodeUser) -> "Sshd":
+    def start(cls, ips: list[str], folder: Path, user: NodeUser) -> Sshd:
         sshd = cls(ips=ips, folder=folder)
         folder.mkdir(parents=True, exist_ok=True)
         sshd.client_key = folder / "client_key"
@@ -227,8 +228,8 @@ def local_cluster_config(name: str, ips: list[str], user: NodeUser, key: Path) -
     node = (f'NODE_IP=$(echo "$SSH_CONNECTION" | cut -d" " -f3); '
             f'AGENT_PORT=$(({agent_base} + ${{NODE_IP##*.}})); '
             f'mkdir -p {tmp}/$NODE_IP; export RAY_TMPDIR={tmp}/$NODE_IP; ')
-    common = ("--node-ip-address=$NODE_IP --temp-dir={tmp}/$NODE_IP "
-              "--dashboard-agent-listen-port=$AGENT_PORT --num-cpus=2").format(tmp=tmp)
+    common = (f"--node-ip-address=$NODE_IP --temp-dir={tmp}/$NODE_IP "
+              "--dashboard-agent-listen-port=$AGENT_PORT --num-cpus=2")
     return {
         "cluster_name": name,
         "provider": {"type": "local", "head_ip": ips[0], "worker_ips": ips[1:]},

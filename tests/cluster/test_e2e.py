@@ -125,7 +125,7 @@ def test_ssh_forward_reaches_a_loopback_only_port_on_the_head(ssh_cluster):
     import http.server
     import threading
 
-    from orchestrator.cluster.access import forward
+    from orchestrator.endpoint import forward
 
     class Hello(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
@@ -143,9 +143,9 @@ def test_ssh_forward_reaches_a_loopback_only_port_on_the_head(ssh_cluster):
     auth = {"ssh_user": machine.user.name, "ssh_private_key": str(machine.sshd.client_key)}
     logins = machine.sshd.accepted_logins()
     try:
-        with forward(auth, machine.ips[0], server.server_port, timeout=20) as port:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
-                assert response.read() == b"hello from the head's loopback"
+        with forward(auth, machine.ips[0], server.server_port, timeout=20) as port, \
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
+            assert response.read() == b"hello from the head's loopback"
         assert machine.sshd.accepted_logins() == logins + 1
         assert wait_until(lambda: http_status_or_none(f"http://127.0.0.1:{port}/") is None, 10)
     finally:

@@ -87,7 +87,7 @@ def test_run_an_experiment_on_the_ssh_cluster(ssh_cluster, shared_dir, tmp_path)
     jobs = [j for j in client.list_jobs() if (j.submission_id or "").startswith(f"orchestrate-{name}-")]
     assert len(jobs) == 1
     assert str(jobs[0].status.value) == "SUCCEEDED"
-    assert jobs[0].entrypoint == "python -m orchestrator.runtime"
+    assert jobs[0].entrypoint == "python -m orchestrator.workload"
     assert "ORCHESTRATE_RESULT" in client.get_job_logs(jobs[0].submission_id)
 
     # Where the job went is recorded: `logs` and `results` need no --cluster.
@@ -110,16 +110,17 @@ def post_status(url: str, body: dict, headers: dict | None = None) -> int:
 
 
 def test_a_submission_without_the_token_is_refused(ssh_cluster):
+    from orchestrator.endpoint import Endpoint
     from orchestrator.errors import JobError
-    from orchestrator.jobs.submit import Jobs, Target
+    from orchestrator.jobs.client import JobsClient
 
     body = {"entrypoint": "echo should-not-run"}
     url = ssh_cluster.address + "/api/jobs/"
     assert post_status(url, body) == 401
     assert post_status(url, body, {"Authorization": "Bearer wrong"}) == 403
     with pytest.raises(JobError) as caught:  # our client without the token says so
-        Jobs(Target(ssh_cluster.address, None, "cluster x")).submit(
+        JobsClient(Endpoint(ssh_cluster.address, None, "cluster x")).submit(
             entrypoint="echo should-not-run", runtime_env={}, submission_id="no-token")
     assert "refused the token" in (caught.value.hint or "")
-    client_jobs = Jobs(Target(ssh_cluster.address, ssh_cluster.token)).list()
+    client_jobs = JobsClient(Endpoint(ssh_cluster.address, ssh_cluster.token, "c")).list()
     assert not [j for j in client_jobs if "should-not-run" in (j.entrypoint or "")]

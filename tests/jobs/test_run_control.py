@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator import embedded
 from orchestrator.cli import main
-from orchestrator.jobs import local
+from orchestrator.state import State
+from tests.helpers import jobs_client
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -74,9 +76,6 @@ class Follower:
 
 
 def test_ctrl_c_while_following_leaves_the_job_running(tmp_path):
-    from orchestrator.jobs.submit import Jobs
-    from orchestrator.jobs.targets import local_target
-
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "endless.py").write_text(ENDLESS_LOOP)
     experiment = write(tmp_path, "endless", working_dir="code", train_loop="endless:train",
@@ -86,7 +85,7 @@ def test_ctrl_c_while_following_leaves_the_job_running(tmp_path):
         follower.running.wait(600)  # a safety net for a hung run, not a timing assertion
         assert follower.process.poll() is None, follower.stderr
         job_id = re.search(r"submitted job (\S+) to", follower.stderr).group(1)
-        jobs = Jobs(local_target(local.current()))  # the local Ray the run started
+        jobs = jobs_client(embedded.current(State.here().secrets))  # the one the run started
         assert jobs.status(job_id) == "RUNNING"
 
         follower.process.send_signal(signal.SIGINT)
@@ -102,10 +101,10 @@ def test_ctrl_c_while_following_leaves_the_job_running(tmp_path):
         assert main(["stop", job_id]) == 0  # as the message says
         assert jobs._wait(job_id) == "STOPPED"
         assert main(["stop", "--local-ray"]) == 0
-        assert local.current() is None
+        assert embedded.current(State.here().secrets) is None
     finally:
         follower.close()
-        local.shutdown()
+        embedded.shutdown(State.here().secrets)
 
 
 def mlp(tmp_path: Path, epochs: int) -> Path:

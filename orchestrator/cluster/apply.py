@@ -1,0 +1,242 @@
+"""`up` and `down`: refresh what is live, plan (cluster.plan, pure), then carry the plan out
+through a `ClusterBackend`, keeping the record true at every step.
+
+    up(spec, state, backend, options, progress, confirm) -> UpResult
+    down(record, state, backend, progress, timeout)
+
+The record is written before each step that can fail half way, so an interrupted `up` leaves
+`launching`/`interrupted`/`failed` behind (and `down` cleans up after it), never a record that
+claims more than was done.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from .. import providers
+from ..endpoint import open_cluster
+from ..errors import ClusterError, OrchestrateError
+from ..language.cluster import ClusterSpec
+from ..render.cluster import RenderedCluster, render_cluster
+from ..state import FAILED, INTERRUPTED, LAUNCHING, STOPPING, UP, ClusterRecord, State, cluster_key
+from ..util.waiting import poll
+from .health import Health, probe
+from .plan import Action, ClusterPlan, Desired, Recorded, plan_cluster
+
+Progress = Callable[[str], None]
+Confirm = Callable[[str], bool]
+
+# What `up` reports it did, by the plan's action.
+DONE = {Action.CREATE: "created", Action.NOOP: "unchanged", Action.UPDATE: "updated",
+        Action.RESTART: "restarted", Action.REPLACE: "replaced"}
+
+
+class ClusterBackend(Protocol):
+    """What launches and tears down the nodes of a rendered config (RayLauncher: `ray up`)."""
+
+    def launch(self, name: str, provider: str, config_file: Path, *, restart: bool,
+               timeout: float) -> None: ...
+
+    def head_address(self, name: str, provider: str, config_file: Path) -> str: ...
+
+    def teardown(self, name: str, provider: str, config_file: Path, *,
+                 timeout: float) -> None: ...
+
+    def log_path(self, name: str, action: str) -> Path: ...
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    preflight: bool = True
+    wait: bool = True              # for the node types' min_workers
+    timeout: float = 1800          # for `ray up`
+    wait_timeout: float = 600      # for the nodes
+    down_timeout: float = 900      # for `ray down`, when the plan replaces the cluster
+
+
+@dataclass
+class UpResult:
+    record: ClusterRecord
+    plan: ClusterPlan
+    health: Health | None = None
+    changes: list[str] = field(default_factory=list)
+
+    @property
+    def action(self) -> str:
+        return DONE[self.plan.action]
+
+
+def refresh(record: ClusterRecord | None, state: State, progress: Progress) -> Health | None:
+    """What the cluster answers now (None when it is not recorded up, or does not answer)."""
+    if record is None or record.state != UP:
+        return None
+    try:
+        with open_cluster(record, state, timeout=15) as endpoint:
+            return probe(endpoint)
+    except ClusterError as exc:
+        progress(f"cluster {record.name} is recorded as up but {exc.message}")
+        return None
+
+
+def _recorded(name: str, state: State, progress: Progress) -> Recorded | None:
+    record = state.store.read_cluster(name)
+    if record is None:
+        return None
+    try:
+        config = state.store.read_rendered(name)
+    except ClusterError as exc:  # written again by the apply; only the list of changes is lost
+        progress(f"warning: {exc.message}")
+        config = None
+    return Recorded(record, config)
+
+
+def up(spec: ClusterSpec, state: State, backend: ClusterBackend, options: UpOptions,
+       progress: Progress, confirm: Confirm) -> UpResult:
+    """Launch or update the cluster of `spec`; preflight runs only when something is to be done."""
+    with state.store.lock(spec.name, action="up"):
+        token_file = state.secrets.ensure(cluster_key(spec.name))
+        rendered = render_cluster(spec, token_file=str(token_file))
+        recorded = _recorded(spec.name, state, progress)
+        live = refresh(recorded.record if recorded else None, state, progress)
+        desired = Desired(rendered.name, rendered.provider, rendered.config, rendered.config_hash)
+        plan = plan_cluster(desired, recorded, live)
+        if plan.action is Action.NOOP:
+            assert recorded is not None
+            return UpResult(recorded.record, plan, live)
+        if options.preflight:
+            try:
+                providers.ensure_ready(spec)
+            except BaseException:
+                if recorded is None:  # leave no trace of a cluster that never started
+                    state.store.forget_cluster(spec.name)
+                    state.secrets.remove(cluster_key(spec.name))
+                raise
+        if plan.changes:
+            progress(f"changes to cluster {spec.name} since the last up:")
+            for line in plan.changes:
+                progress(f"  {line}")
+        if plan.needs_confirmation and not confirm(_question(plan)):
+            raise OrchestrateError("cancelled; nothing was changed")
+        return apply(plan, rendered, recorded, state, backend, options, progress)
+
+
+def _question(plan: ClusterPlan) -> str:
+    if plan.action is Action.REPLACE:
+        return (f"Cluster {plan.name} will be torn down and launched again ({plan.reason}); "
+                f"running jobs will be stopped. Continue?")
+    return (f"Ray on the head of {plan.name} will restart; running jobs will be stopped. "
+            f"Continue?")
+
+
+def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | None, state: State,
+          backend: ClusterBackend, options: UpOptions, progress: Progress) -> UpResult:
+    """Carry out a create, update, restart or replace of `rendered`."""
+    name = rendered.name
+    old = recorded.record if recorded else None
+    if plan.action is Action.REPLACE and old is not None:
+        progress(f"replacing cluster {name}: {plan.reason}")
+        down(old, state, backend, progress, timeout=options.down_timeout, forget=False)
+        old = None
+    config_file = state.store.write_rendered(name, rendered.config)
+    record = ClusterRecord(name=name, provider=rendered.provider, file=rendered.file,
+                           config_hash=rendered.config_hash, state=LAUNCHING,
+                           head_ip=old.head_ip if old else None,
+                           dashboard_host=rendered.dashboard.host,
+                           dashboard_port=rendered.dashboard.port,
+                           created_at=old.created_at if old else time.time())
+    state.store.write_cluster(record)
+    in_place = plan.action is Action.UPDATE
+    progress(f"{'updating' if in_place else 'launching'} cluster {name} with `ray up`"
+             f"{' --no-restart (Ray keeps running on the head)' if in_place else ''}"
+             f" (log: {backend.log_path(name, 'up')})")
+    try:
+        backend.launch(name, rendered.provider, config_file, restart=not in_place,
+                       timeout=options.timeout)
+        record.head_ip = providers.get(rendered.provider).head_address(rendered.config) or \
+            backend.head_address(name, rendered.provider, config_file)
+    except KeyboardInterrupt:
+        _fail(record, state, INTERRUPTED, "interrupted during `ray up`; nodes may be running")
+        raise
+    except ClusterError as exc:
+        _fail(record, state, FAILED, exc.message)
+        raise ClusterError(exc.message, hint=f"{exc.hint}; nodes may be running: "
+                                             f"`orchestrate down {name}` removes them") from None
+    record.state = UP
+    record.address = None if record.tunneled else \
+        f"http://{record.head_ip}:{record.dashboard_port}"
+    state.store.write_cluster(record)
+    health = _wait_nodes(record, rendered.expected_nodes, state, options.wait_timeout,
+                         progress) if options.wait else None
+    return UpResult(record, plan, health, list(plan.changes))
+
+
+def tear_down(name: str, state: State, backend: ClusterBackend, progress: Progress, *,
+              timeout: float = 900) -> ClusterRecord:
+    """`orchestrate down`: under the cluster's lock, tear it down and forget it."""
+    with state.store.lock(name, action="down"):
+        record = state.store.read_cluster(name)
+        if record is None:
+            raise ClusterError(f"no cluster {name!r} is recorded")
+        down(record, state, backend, progress, timeout=timeout)
+    return record
+
+
+def down(record: ClusterRecord, state: State, backend: ClusterBackend, progress: Progress, *,
+         timeout: float = 900, forget: bool = True) -> None:
+    """Tear the cluster down with the config last handed to Ray; then forget it (`forget`)."""
+    name = record.name
+    config = state.store.read_rendered(name)
+    if config is not None:  # else `up` stopped before anything was handed to Ray
+        record.state, record.message = STOPPING, None
+        state.store.write_cluster(record)
+        progress(f"tearing down cluster {name} with `ray down` "
+                 f"(log: {backend.log_path(name, 'down')})")
+        try:
+            backend.teardown(name, record.provider, state.store.rendered_path(name),
+                             timeout=timeout)
+            for warning in providers.get(record.provider).after_down(config, progress):
+                progress(f"  warning: {warning}")
+        except (ClusterError, KeyboardInterrupt) as exc:
+            message = exc.message if isinstance(exc, ClusterError) else \
+                "interrupted during `ray down`"
+            _fail(record, state, STOPPING, message)
+            raise
+    if forget:
+        state.store.forget_cluster(name)
+        state.secrets.remove(cluster_key(name))
+
+
+def _wait_nodes(record: ClusterRecord, expected: int, state: State, timeout: float,
+                progress: Progress) -> Health:
+    seen, error = -1, ""
+    with open_cluster(record, state, timeout=60) as endpoint:
+        def enough() -> Health | None:
+            nonlocal seen, error
+            try:
+                health, error = probe(endpoint), ""
+            except ClusterError as exc:
+                error = exc.message
+                return None
+            if health.nodes_alive != seen:
+                seen = health.nodes_alive
+                progress(f"  {seen}/{expected} nodes alive")
+            return health if health.nodes_alive >= expected else None
+
+        health = poll(enough, timeout=timeout, interval=2)
+    if health is not None:
+        return health
+    message = (f"only {max(seen, 0)} of {expected} nodes joined within {timeout:.0f} s"
+               + (f" ({error})" if error else ""))
+    record.message = message
+    state.store.write_cluster(record)
+    raise ClusterError(f"cluster {record.name} is up but {message}",
+                       hint="see `orchestrate status`; the head's autoscaler log is "
+                            "/tmp/ray/session_latest/logs/monitor.* on the head")
+
+
+def _fail(record: ClusterRecord, state: State, new_state: str, message: str) -> None:
+    record.state, record.message = new_state, message
+    state.store.write_cluster(record)

@@ -1,0 +1,175 @@
+"""What `up` (and later `apply`) must do to a cluster: a pure decision over three inputs.
+
+    plan_cluster(desired, recorded, live) -> ClusterPlan
+
+- desired:  the rendered config the file asks for (None: the file is gone, or `down`)
+- recorded: what state says was last handed to Ray (None: never launched from here)
+- live:     what the cluster answered just now (None: not asked, or it did not answer)
+
+No I/O here; `orchestrator.cluster.apply` carries a plan out. The actions:
+
+    create    nothing is running that we launched: `ray up`
+    no-op     live, and the rendered config is what Ray already has
+    update    only worker counts/autoscaling changed: `ray up --no-restart` (jobs survive)
+    restart   anything else changed (or the cluster stopped answering): `ray up`, Ray restarts
+    replace   where the cluster lives changed (provider, region, head node): `down`, then `up`
+    destroy   no longer wanted: `ray down`
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from fnmatch import fnmatchcase
+from typing import Any
+
+from .. import providers
+from ..state import UP, ClusterRecord
+from .health import Health
+
+Config = dict[str, Any]
+
+
+class Action(str, Enum):
+    CREATE = "create"
+    NOOP = "no-op"
+    UPDATE = "update"
+    RESTART = "restart"
+    REPLACE = "replace"
+    DESTROY = "destroy"
+
+
+# Changes the head's autoscaler picks up by itself from the new bootstrap config:
+# `ray up --no-restart` ships them without restarting Ray (running jobs survive).
+SCALING_FIELDS = (
+    "max_workers",
+    "min_workers",
+    "upscaling_speed",
+    "idle_timeout_minutes",
+    "available_node_types.*.min_workers",
+    "available_node_types.*.max_workers",
+    "provider.worker_ips",
+)
+
+# Changes that move the cluster or its head everywhere; each provider adds its own fields
+# (`Provider.REPLACE_FIELDS`: region, zone, project, head address ...).
+REPLACE_FIELDS = ("provider.type", "head_node_type")
+
+
+@dataclass(frozen=True)
+class Desired:
+    name: str
+    provider: str
+    config: Config = field(repr=False)
+    config_hash: str
+
+
+@dataclass(frozen=True)
+class Recorded:
+    record: ClusterRecord
+    config: Config | None = field(default=None, repr=False)  # None: missing or damaged
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    name: str
+    action: Action
+    reason: str
+    changes: tuple[str, ...] = ()       # "+ field", "- field", "~ field", in field order
+    jobs_survive: bool = True           # running jobs keep running through the action
+    live: Health | None = None
+
+    @property
+    def destructive(self) -> bool:
+        return self.action in (Action.RESTART, Action.REPLACE, Action.DESTROY)
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """Destructive to something that answers (it may be running jobs)."""
+        return self.destructive and self.live is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "action": self.action.value, "reason": self.reason,
+                "changes": list(self.changes), "jobs_survive": self.jobs_survive,
+                "destructive": self.destructive}
+
+
+def plan_cluster(desired: Desired | None, recorded: Recorded | None,
+                 live: Health | None) -> ClusterPlan:
+    if desired is None:
+        if recorded is None:
+            return ClusterPlan("", Action.NOOP, "not recorded, not wanted")
+        name = recorded.record.name
+        return ClusterPlan(name, Action.DESTROY, "no longer wanted", jobs_survive=False,
+                           live=live)
+    name = desired.name
+    if recorded is None:
+        return ClusterPlan(name, Action.CREATE, "not launched yet")
+    record = recorded.record
+    changes = tuple(diff(recorded.config, desired.config)) if recorded.config is not None else ()
+    replaced = replace_fields(changes, desired, recorded)
+    if replaced:  # down with the recorded config (it may have left nodes), then up
+        return ClusterPlan(name, Action.REPLACE, f"{', '.join(replaced)} changed: a new cluster",
+                           changes, jobs_survive=False, live=live)
+    if record.state != UP:
+        return ClusterPlan(name, Action.CREATE, f"the last operation left it {record.state}",
+                           changes)
+    if live is None:
+        return ClusterPlan(name, Action.RESTART, "recorded as up, but it does not answer",
+                           changes, jobs_survive=False)
+    if record.config_hash == desired.config_hash:
+        return ClusterPlan(name, Action.NOOP, "up and unchanged", live=live)
+    if only_scaling(changes):
+        return ClusterPlan(name, Action.UPDATE, "only worker counts or autoscaling changed",
+                           changes, live=live)
+    reason = "the configuration changed" if changes else \
+        "the recorded configuration is missing or damaged"
+    return ClusterPlan(name, Action.RESTART, reason, changes, jobs_survive=False, live=live)
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: value}
+
+
+def diff(old: Config, new: Config) -> list[str]:
+    """Dotted field names that were added, removed or changed, in order."""
+    before, after = _flatten(old), _flatten(new)
+    lines = []
+    for key in sorted(set(before) | set(after)):
+        if key not in before:
+            lines.append(f"+ {key}")
+        elif key not in after:
+            lines.append(f"- {key}")
+        elif before[key] != after[key]:
+            lines.append(f"~ {key}")
+    return lines
+
+
+def _fields(changes: tuple[str, ...] | list[str]) -> list[str]:
+    return [line[2:] for line in changes]
+
+
+def only_scaling(changes: tuple[str, ...] | list[str]) -> bool:
+    fields = _fields(changes)
+    return bool(fields) and all(any(fnmatchcase(f, p) for p in SCALING_FIELDS) for f in fields)
+
+
+def replace_fields(changes: tuple[str, ...], desired: Desired,
+                   recorded: Recorded) -> list[str]:
+    """The changed fields that need a new cluster (sorted, distinct)."""
+    if recorded.config is None:
+        return []  # nothing was handed to Ray, or we cannot tell what
+    if recorded.record.provider != desired.provider:
+        return ["provider.type"]
+    patterns = list(REPLACE_FIELDS) + list(providers.get(desired.provider).REPLACE_FIELDS)
+    head = desired.config.get("head_node_type")
+    if head:
+        patterns.append(f"available_node_types.{head}.node_config")
+        patterns.append(f"available_node_types.{head}.node_config.*")
+    found = {f for f in _fields(changes) for p in patterns
+             if fnmatchcase(f, p) or fnmatchcase(f, p + ".*")}
+    return sorted(found)

@@ -1,0 +1,140 @@
+"""The job contract: what `orchestrate run` hands to the code that runs on the cluster, and what
+that code hands back. Written by `render.experiment`, read by `workload` (on the cluster) and by
+the jobs client (here); nothing else spells these names.
+
+In:  the job's environment variable CONFIG_ENV holds the resolved configuration (`JobConfig`,
+     JSON, with `version` CONFIG_VERSION); the entrypoint is ENTRYPOINT.
+Out: one line per epoch, `EPOCH_MARK {json}`, and at the end `RESULT_MARK {json}` (the run's
+     summary; `{"status": "FAILED", "error": ...}` on failure), anywhere in a log line, since
+     Ray prefixes lines printed by its actors. Files go to `<run folder>/RESULTS_FOLDER/`.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, TypedDict
+
+CONFIG_ENV = "ORCHESTRATE_EXPERIMENT"
+CONFIG_VERSION = 1
+WORKLOAD_MODULE = "orchestrator.workload"
+ENTRYPOINT = f"python -m {WORKLOAD_MODULE}"
+EPOCH_MARK = "ORCHESTRATE_EPOCH "
+RESULT_MARK = "ORCHESTRATE_RESULT "
+RESULTS_FOLDER = "orchestrate"
+WORKLOADS = ("train",)  # batch prediction and serving come next
+
+# Search domains inside `tune.param_space`: one-key mappings, e.g. {loguniform: [1e-4, 1e-2]}.
+DOMAINS = ("grid_search", "choice", "uniform", "loguniform", "randint")
+
+
+class ModelSection(TypedDict):
+    name: str                       # vit | mlp | cnn
+    args: dict[str, Any]
+
+
+class DatasetSection(TypedDict, total=False):
+    format: str                     # parquet | csv | json | numpy
+    path: str                       # URI, absolute, or relative to the job's working_dir
+    read_options: dict[str, Any]
+
+
+class ScalingSection(TypedDict):
+    num_workers: int
+    use_gpu: bool
+    resources_per_worker: dict[str, float] | None
+
+
+class RunSection(TypedDict, total=False):
+    name: str
+    storage_path: str | None        # absolute or a URI; None: Ray's default (~/ray_results)
+    checkpoint_config: dict[str, Any] | None
+    failure_config: dict[str, Any] | None
+
+
+class TuneSection(TypedDict):
+    param_space: dict[str, Any]
+    tune_config: dict[str, Any]
+
+
+class JobConfig(TypedDict):
+    version: int
+    workload: str
+    name: str
+    trainer: str                    # torch | xgboost
+    model: ModelSection | None
+    train_loop: str | None          # "module:function", importable from working_dir
+    data_loader: str                # ray_data | torch
+    datasets: dict[str, DatasetSection]
+    label_column: str | None
+    feature_columns: list[str] | None
+    preprocessors: list[dict[str, Any]]
+    train_loop_config: dict[str, Any]
+    scaling_config: ScalingSection
+    run_config: RunSection
+    params: dict[str, Any] | None
+    num_boost_round: int | None
+    tune: TuneSection | None
+    resume: bool
+
+
+class ContractError(ValueError):
+    """The configuration does not follow this contract (another orchestrate version sent it)."""
+
+
+def encode(config: JobConfig) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def decode(text: str | None) -> JobConfig:
+    if not text:
+        raise ContractError(f"{CONFIG_ENV} is not set: this is the entrypoint of an orchestrate "
+                            f"job, started by `orchestrate run`")
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("version") != CONFIG_VERSION:
+        found = data.get("version") if isinstance(data, dict) else None
+        raise ContractError(f"unsupported config version {found!r} (this orchestrate reads "
+                            f"version {CONFIG_VERSION}); submit with the same orchestrate version "
+                            f"the cluster runs")
+    workload = data.get("workload", "train")
+    if workload not in WORKLOADS:
+        raise ContractError(f"unknown workload {workload!r}; this orchestrate runs "
+                            f"{', '.join(WORKLOADS)}")
+    config: JobConfig = data  # type: ignore[assignment]  # shape checked above, fields by render
+    return config
+
+
+def epoch_line(row: dict[str, Any]) -> str:
+    return EPOCH_MARK + json.dumps(row)
+
+
+def result_line(summary: dict[str, Any]) -> str:
+    return RESULT_MARK + json.dumps(summary, default=str)
+
+
+def _marked(line: str, mark: str) -> dict[str, Any] | None:
+    index = line.find(mark)
+    if index < 0:
+        return None
+    try:
+        value = json.loads(line[index + len(mark):])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_epoch(line: str) -> dict[str, Any] | None:
+    """The metrics of an epoch line, or None for any other line."""
+    return _marked(line, EPOCH_MARK)
+
+
+def is_result_line(line: str) -> bool:
+    return RESULT_MARK in line
+
+
+def parse_result(log: str) -> dict[str, Any] | None:
+    """The job's summary: the last well-formed result line of its log, if any."""
+    found = None
+    for line in log.splitlines():
+        value = _marked(line, RESULT_MARK)
+        if value is not None:
+            found = value
+    return found

@@ -1,0 +1,122 @@
+"""Ray's JobSubmissionClient on an Endpoint; Ray's exceptions become JobError here.
+
+The token goes as `Authorization: Bearer <token>`: Ray's client sends the headers it is given on
+every request and the log websocket, and adds its own only when the caller's environment has
+token auth set up and no Authorization header was given (ray/dashboard/modules/dashboard_sdk.py).
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..endpoint import Endpoint
+from ..errors import JobError, MissingDependency
+from ..util.waiting import poll
+
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+T = TypeVar("T")
+
+
+class JobsClient:
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self._client = self._call(_make_client, endpoint.address, endpoint.headers or None)
+
+    def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return function(*args, **kwargs)
+        except JobError:
+            raise
+        except ImportError as exc:
+            raise MissingDependency("ray", "ray") from exc
+        except Exception as exc:  # noqa: BLE001 - Ray raises RuntimeError, requests' errors, ...
+            raise JobError(f"{self.endpoint.label} ({self.endpoint.address}): {_first_line(exc)}",
+                           hint=_hint(exc)) from exc
+
+    def submit(self, *, entrypoint: str, runtime_env: dict[str, Any], submission_id: str,
+               metadata: dict[str, str] | None = None) -> bool:
+        """Submit; False (and nothing started) when a job with this id already exists."""
+        try:
+            self._client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
+                                    submission_id=submission_id, metadata=metadata or {})
+        except Exception as exc:  # noqa: BLE001
+            if "already exists" in str(exc):
+                return False
+            self._call(_raise, exc)
+        return True
+
+    def info(self, job_id: str) -> Any:
+        return self._call(self._client.get_job_info, job_id)
+
+    def status(self, job_id: str) -> str:
+        status = self.info(job_id).status
+        return str(getattr(status, "value", status))
+
+    def logs(self, job_id: str) -> str:
+        return self._call(self._client.get_job_logs, job_id)
+
+    def stop(self, job_id: str) -> bool:
+        return self._call(self._client.stop_job, job_id)
+
+    def list(self) -> list[Any]:
+        return self._call(self._client.list_jobs)
+
+    def follow(self, job_id: str, on_line: Callable[[str], None]) -> str:
+        """Stream the job's log lines to `on_line` until it ends; returns its final status."""
+        async def tail() -> None:
+            pending = ""
+            async for chunk in self._client.tail_job_logs(job_id):
+                pending += chunk
+                *lines, pending = pending.split("\n")
+                for line in lines:
+                    on_line(line)
+            if pending:
+                on_line(pending)
+
+        try:
+            asyncio.run(tail())
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the stream broke; the job may still be fine
+            if self.status(job_id) not in TERMINAL:
+                self._call(_raise, exc)
+        return self._wait(job_id)
+
+    def _wait(self, job_id: str) -> str:
+        def ended() -> str | None:
+            status = self.status(job_id)
+            return status if status in TERMINAL else None
+
+        status = poll(ended, timeout=float("inf"), interval=1)
+        assert status is not None  # no deadline
+        return status
+
+
+def _make_client(address: str, headers: dict[str, str] | None) -> Any:
+    import logging
+
+    from ray.job_submission import JobSubmissionClient
+
+    for name in ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging",
+                 "ray.dashboard.modules.job.sdk"):  # "Uploading package ...": noise for users
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return JobSubmissionClient(address, headers=headers)
+
+
+def _raise(exc: Exception) -> None:
+    raise exc
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def _hint(exc: Exception) -> str | None:
+    text = str(exc)
+    if "401" in text or "403" in text or "uthenticat" in text:
+        return "the cluster refused the token; check `orchestrate status` for the cluster"
+    if "onnect" in text:
+        return "is the cluster up? `orchestrate status` shows it"
+    return None

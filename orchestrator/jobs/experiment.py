@@ -1,0 +1,117 @@
+"""Running an experiment: where its job goes, submitting it once, following it, its results.
+
+    with target(spec, state, keep=detach, progress=...) as (jobs, cluster): ...
+    submission = submit(spec, jobs, state, cluster, options)
+    status = jobs.follow(job_id, epoch_printer(quiet, progress))
+    summary = results(jobs, job_id, status, ...)      # JobError when the job failed
+
+Without `cluster:` the job goes to the embedded local Ray (started for the run, stopped after it,
+or reused if one is up). The submission id comes from the experiment's content: an unchanged
+experiment finds the job it already started instead of starting it twice (`force`: run again).
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .. import contract, embedded
+from ..errors import JobError
+from ..language.experiment import ExperimentSpec
+from ..render.experiment import JobPlan, digest_directory, render_job
+from ..state import State
+from .client import JobsClient
+from .targets import jobs_on, recorded_cluster
+
+Progress = Callable[[str], None]
+TAIL = 25  # log lines shown when a job fails
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    detach: bool = False
+    force: bool = False           # submit even if this exact experiment was submitted
+    resume: bool = False          # continue the run from its latest checkpoint
+    quiet: bool = False           # epochs only, not the job's whole log
+
+
+@dataclass(frozen=True)
+class Submission:
+    job_id: str
+    created: bool                 # False: the same job existed already; nothing was started
+    plan: JobPlan
+    cluster: str | None           # the cluster's name; None: the embedded local Ray
+
+
+@contextlib.contextmanager
+def target(spec: ExperimentSpec, state: State, *, keep: bool,
+           progress: Progress) -> Iterator[tuple[JobsClient, str | None]]:
+    """Jobs on the experiment's cluster, or on the embedded local Ray (kept up if `keep`)."""
+    if spec.cluster is not None:
+        with jobs_on(recorded_cluster(spec.cluster.name, state), state) as jobs:
+            yield jobs, spec.cluster.name
+        return
+    num_workers = int((spec.document.get("scaling_config") or {}).get("num_workers", 1))
+    num_cpus = None if num_workers < 3 else num_workers + 2
+    with embedded.session(state.secrets, num_cpus=num_cpus, keep=keep) as (ray, started):
+        progress(f"{'started' if started else 'using'} a local Ray ({ray.address})")
+        yield JobsClient(ray.endpoint(state.secrets)), None
+
+
+def submit(spec: ExperimentSpec, jobs: JobsClient, state: State, cluster: str | None,
+           options: RunOptions) -> Submission:
+    plan = render_job(spec, working_dir_digest=digest_directory(spec.working_dir),
+                      resume=options.resume)
+    job_id = plan.submission_id + (f"-{int(time.time() * 1000):x}" if options.force else "")
+    created = jobs.submit(entrypoint=plan.entrypoint, runtime_env=plan.runtime_env,
+                          submission_id=job_id, metadata={"experiment": spec.name})
+    if created:
+        state.store.record_job(job_id, cluster=cluster, experiment=str(spec.path),
+                               name=plan.config["run_config"].get("name") or spec.name)
+    return Submission(job_id, created, plan, cluster)
+
+
+def epoch_printer(quiet: bool, progress: Progress) -> Callable[[str], None]:
+    """A log-line handler: an epoch's metrics on one line; other lines unless `quiet`."""
+    def on_line(line: str) -> None:
+        row = contract.parse_epoch(line)
+        if row is not None:
+            shown = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                              for k, v in row.items() if k != "checkpoint")
+            progress(f"» {shown}")
+        elif not quiet and not contract.is_result_line(line):
+            progress(line)
+    return on_line
+
+
+def results(jobs: JobsClient, submission: Submission, status: str, started: float,
+            state: State, progress: Progress) -> dict[str, Any]:
+    """The finished job's summary, recorded for `orchestrate results`; JobError if it failed."""
+    log = jobs.logs(submission.job_id)
+    summary = contract.parse_result(log) or {}
+    if status != "SUCCEEDED" or summary.get("status") != "SUCCEEDED":
+        progress("\n".join(["", "last lines of the job's log:"] + log.rstrip().splitlines()[-TAIL:]))
+        reason = summary.get("error") or f"the job ended {status}"
+        raise JobError(f"job {submission.job_id} failed: {reason}",
+                       hint=f"the whole log: orchestrate logs {submission.job_id}"
+                       if submission.cluster else None)
+    summary["wall_time_s"] = round(time.monotonic() - started, 1)
+    run_name = submission.plan.config["run_config"].get("name")
+    for key in {summary.get("name"), run_name}:  # the run, and the latest of its name
+        if key:
+            state.store.record_run(key, summary, submission.job_id)
+    return summary
+
+
+def leave_running(submission: Submission, state: State) -> str:
+    """After Ctrl-C while following: keep the local Ray up for the job; say how to reach it."""
+    if submission.cluster is None:
+        embedded.keep_running(state.secrets)
+    job_id = submission.job_id
+    return (f"\nstopped following; job {job_id} keeps running.\n"
+            f"  follow it: orchestrate logs --follow {job_id}\n"
+            f"  stop it:   orchestrate stop {job_id}"
+            + ("" if submission.cluster else "\n  then stop the local Ray: orchestrate stop "
+               "--local-ray"))

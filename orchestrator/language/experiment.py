@@ -1,0 +1,203 @@
+"""Experiment YAML -> ExperimentSpec: a declarative Ray Train run, checked before submission.
+
+Relative paths (`cluster`, `working_dir`, local dataset paths, a local `storage_path`) are
+relative to the experiment file's folder; `working_dir` defaults to that folder.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..contract import DOMAINS
+from ..errors import Problem, SpecError
+from ..util.text import did_you_mean
+from ..util.uris import is_uri
+from ..yamlload import Document, load_file
+from .schema import schema_problems
+
+MODEL_ARGS = {
+    "vit": ("image_size", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
+            "num_classes", "dropout", "attention_dropout", "channels"),
+    "mlp": ("hidden_dims", "num_classes", "dropout"),
+    "cnn": ("image_size", "channels", "num_classes", "width"),
+}
+TUNABLE_SECTIONS = ("train_loop_config", "params", "num_boost_round", "scaling_config")
+# Scalers without `columns` apply to every feature column; these need them named.
+NEEDS_COLUMNS = {"Categorizer", "OneHotEncoder", "OrdinalEncoder", "MultiHotEncoder", "Tokenizer",
+                 "FeatureHasher", "Concatenator"}
+@dataclass(frozen=True)
+class ExperimentSpec:
+    path: Path
+    name: str
+    trainer: str
+    document: dict = field(repr=False)
+    working_dir: Path
+    cluster: object = None  # ClusterSpec or None (the embedded local Ray)
+    source: Document = field(repr=False, compare=False, default=None)
+
+
+def is_experiment_document(data: dict) -> bool:
+    return "trainer" in data or "train_loop_config" in data or "datasets" in data
+
+
+def _model_problems(doc: Document, data: dict) -> list[Problem]:
+    model = data.get("model")
+    if not model:
+        return []
+    allowed = MODEL_ARGS[model["name"]]
+    problems = [
+        doc.problem(("model", key), f"'{key}' is not an argument of model '{model['name']}'",
+                    did_you_mean(key, allowed) or "arguments: " + ", ".join(allowed))
+        for key in model if key != "name" and key not in allowed
+    ]
+    if model["name"] == "vit":
+        if model.get("hidden_dim") and model.get("num_heads") and model["hidden_dim"] % model["num_heads"]:
+            problems.append(doc.problem(("model", "hidden_dim"),
+                                        f"hidden_dim ({model['hidden_dim']}) must be divisible by "
+                                        f"num_heads ({model['num_heads']})"))
+        if model.get("image_size") and model.get("patch_size") and model["image_size"] % model["patch_size"]:
+            problems.append(doc.problem(("model", "patch_size"),
+                                        f"image_size ({model['image_size']}) must be divisible by "
+                                        f"patch_size ({model['patch_size']})"))
+    return problems
+
+
+def _trainer_problems(doc: Document, data: dict) -> list[Problem]:
+    problems = []
+    if data["trainer"] == "torch":
+        if "model" in data and "train_loop" in data:
+            problems.append(doc.problem(("train_loop",), "give either 'model' or 'train_loop', not both"))
+        if "model" not in data and "train_loop" not in data:
+            problems.append(doc.problem((), "a torch experiment needs 'model' (a built-in model) "
+                                        "or 'train_loop' (your own 'module:function')"))
+        if "model" in data and "train" not in (data.get("datasets") or {}):
+            problems.append(doc.problem(("datasets",), "a built-in model needs a 'train' dataset"))
+        for key in ("params", "num_boost_round"):
+            if key in data:
+                problems.append(doc.problem((key,), f"'{key}' applies to trainer: xgboost only"))
+    else:
+        for key in ("model", "train_loop", "data_loader"):
+            if key in data:
+                problems.append(doc.problem((key,), f"'{key}' applies to trainer: torch only"))
+        if "label_column" not in data:
+            problems.append(doc.problem((), "trainer xgboost needs 'label_column'"))
+        if "train" not in (data.get("datasets") or {}):
+            problems.append(doc.problem(("datasets",), "trainer xgboost needs a 'train' dataset"))
+    if data.get("data_loader") == "torch" and "train_loop" in data:
+        problems.append(doc.problem(("data_loader",), "data_loader applies to built-in models; your "
+                                    "train_loop reads its own data"))
+    return problems
+
+
+def _preprocessor_problems(doc: Document, data: dict) -> list[Problem]:
+    problems = []
+    for i, pre in enumerate(data.get("preprocessors") or []):
+        if pre["type"] in NEEDS_COLUMNS and not pre.get("columns"):
+            problems.append(doc.problem(("preprocessors", i), f"{pre['type']} needs 'columns'"))
+        if pre["type"] == "LabelEncoder" and "label_column" not in pre:
+            problems.append(doc.problem(("preprocessors", i), "LabelEncoder needs 'label_column'"))
+    return problems
+
+
+def _domain_problems(doc: Document, value, path: tuple) -> list[Problem]:
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _domain_problems(doc, item, path + (i,))]
+    if not isinstance(value, dict):
+        return []
+    domains = set(DOMAINS) & set(value)
+    if not domains:
+        return [p for k, v in value.items() for p in _domain_problems(doc, v, path + (k,))]
+    kind = sorted(domains)[0]
+    if len(value) != 1:
+        return [doc.problem(path, f"a search domain is a one-key mapping like {{{kind}: ...}}; "
+                            f"found keys {', '.join(map(str, value))}")]
+    args, where = value[kind], path + (kind,)
+    if kind in ("grid_search", "choice"):
+        if not isinstance(args, list) or not args:
+            return [doc.problem(where, f"{kind} needs a non-empty list of values")]
+        return []
+    if not (isinstance(args, list) and len(args) == 2
+            and all(isinstance(a, (int, float)) and not isinstance(a, bool) for a in args)):
+        return [doc.problem(where, f"{kind} needs [low, high], two numbers")]
+    low, high = args
+    if low >= high:
+        return [doc.problem(where, f"{kind} needs low < high, got [{low}, {high}]")]
+    if kind == "loguniform" and low <= 0:
+        return [doc.problem(where, "loguniform needs low > 0")]
+    if kind == "randint" and not all(isinstance(a, int) for a in args):
+        return [doc.problem(where, "randint needs two integers")]
+    return []
+
+
+def _tune_problems(doc: Document, data: dict) -> list[Problem]:
+    tune = data.get("tune")
+    if not tune:
+        return []
+    problems = []
+    for key in tune["param_space"]:
+        if key not in TUNABLE_SECTIONS:
+            problems.append(doc.problem(("tune", "param_space", key),
+                                        f"'{key}' is not a trainer argument Tune can vary",
+                                        did_you_mean(key, TUNABLE_SECTIONS)
+                                        or "use one of: " + ", ".join(TUNABLE_SECTIONS)))
+    problems += _domain_problems(doc, tune["param_space"], ("tune", "param_space"))
+    config = tune.get("tune_config") or {}
+    if ("metric" in config) != ("mode" in config):
+        problems.append(doc.problem(("tune", "tune_config"), "give both 'metric' and 'mode' (or neither)"))
+    if (config.get("scheduler") or {}).get("type") == "asha" and "metric" not in config:
+        problems.append(doc.problem(("tune", "tune_config", "scheduler"), "the asha scheduler needs "
+                                    "tune_config.metric and mode"))
+    return problems
+
+
+def _path_problems(doc: Document, data: dict, base: Path, working_dir: Path) -> list[Problem]:
+    problems = []
+    if not working_dir.is_dir():
+        problems.append(doc.problem(("working_dir",), f"'{working_dir}' is not a directory"))
+    elif "train_loop" in data:
+        module = data["train_loop"].split(":")[0].replace(".", "/")
+        if not ((working_dir / f"{module}.py").is_file() or (working_dir / module / "__init__.py").is_file()):
+            problems.append(doc.problem(("train_loop",), f"no module '{data['train_loop'].split(':')[0]}' "
+                                        f"in working_dir {working_dir}"))
+    for name, dataset in (data.get("datasets") or {}).items():
+        path = dataset["path"]
+        if not is_uri(path) and not (base / Path(path).expanduser()).exists():
+            problems.append(doc.problem(("datasets", name, "path"), f"'{path}' does not exist "
+                                        f"(relative paths start at {base})"))
+    return problems
+
+
+def _cluster(doc: Document, data: dict, base: Path):
+    if "cluster" not in data:
+        return None, []
+    from .cluster import load_cluster
+
+    path = (base / Path(data["cluster"]).expanduser()).resolve()
+    try:
+        return load_cluster(path), []
+    except SpecError as exc:
+        where = doc.problem(("cluster",), f"the cluster file {data['cluster']} is not valid "
+                            f"(see the errors for {path})")
+        return None, [where] + exc.problems
+
+
+def build_experiment(doc: Document, path: Path) -> ExperimentSpec:
+    problems = schema_problems(doc, "experiment")
+    if problems:
+        raise SpecError(problems)
+    data, base = doc.data, path.resolve().parent
+    working_dir = (base / Path(data.get("working_dir", ".")).expanduser()).resolve()
+    problems += _model_problems(doc, data) + _trainer_problems(doc, data)
+    problems += _preprocessor_problems(doc, data) + _tune_problems(doc, data)
+    problems += _path_problems(doc, data, base, working_dir)
+    cluster, cluster_problems = _cluster(doc, data, base)
+    problems += cluster_problems
+    if problems:
+        raise SpecError(problems)
+    return ExperimentSpec(path=path, name=data["name"], trainer=data["trainer"], document=data,
+                          working_dir=working_dir, cluster=cluster, source=doc)
+
+
+def load_experiment(path: str | Path) -> ExperimentSpec:
+    path = Path(path)
+    return build_experiment(load_file(path), path)

@@ -1,0 +1,155 @@
+"""Load the JSON schemas and turn jsonschema's errors into Problems with lines and hints."""
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+
+from ..errors import Problem
+from ..util.text import did_you_mean
+from ..yamlload import Document, format_path
+
+_TYPE_NAMES = {
+    "object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+    "number": "a number", "boolean": "true or false", "null": "null",
+}
+
+
+def schema_dir() -> Path:
+    """The schemas: inside the installed package, or the repository's top-level schemas/."""
+    packaged = Path(__file__).resolve().parent.parent / "schemas"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent.parent / "schemas"
+
+
+@cache
+def load_schema(name: str) -> dict:
+    with open(schema_dir() / f"{name}.schema.json", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+@cache
+def _validator(name: str):
+    import jsonschema
+
+    schema = load_schema(name)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def describe_value(value) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    kind = {int: "integer", float: "number", str: "string"}.get(type(value), type(value).__name__)
+    return f"{kind} {text}"
+
+
+def _allowed_keys(schema: dict) -> list:
+    return sorted(schema.get("properties", {}))
+
+
+def _translate(error, doc: Document) -> list[Problem]:
+    path = tuple(error.absolute_path)
+    v, value, schema = error.validator, error.instance, error.schema
+    custom = schema.get("x-message") if isinstance(schema, dict) else None
+    if v == "additionalProperties" and isinstance(value, dict):
+        allowed = _allowed_keys(schema)
+        problems = []
+        patterns = list(schema.get("patternProperties", {}))
+        for key in value:
+            if key in schema.get("properties", {}) or any(re.search(p, str(key)) for p in patterns):
+                continue
+            hint = did_you_mean(key, allowed)
+            if hint is None and allowed and len(allowed) <= 15:
+                hint = "allowed keys: " + ", ".join(allowed)
+            problems.append(doc.problem(path + (key,), f"unknown key '{key}'", hint))
+        return problems
+    if v == "required":
+        missing = [k for k in error.validator_value if isinstance(value, dict) and k not in value]
+        return [doc.problem(path, f"missing required key '{k}'", custom) for k in missing]
+    if custom:
+        return [doc.problem(path, f"{custom}, got {describe_value(value)}")]
+    if v == "type":
+        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        names = " or ".join(_TYPE_NAMES.get(t, t) for t in wanted)
+        return [doc.problem(path, f"expected {names}, got {describe_value(value)}")]
+    if v == "enum":
+        choices = ", ".join(str(c) for c in error.validator_value)
+        return [doc.problem(path, f"expected one of: {choices}; got {describe_value(value)}",
+                            did_you_mean(value, error.validator_value))]
+    if v == "const":
+        return [doc.problem(path, f"expected {error.validator_value!r}, got {describe_value(value)}")]
+    if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        op = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}[v]
+        return [doc.problem(path, f"must be {op} {error.validator_value}, got {describe_value(value)}")]
+    if v in ("minItems", "maxItems"):
+        op = "at least" if v == "minItems" else "at most"
+        return [doc.problem(path, f"expected a list with {op} {error.validator_value} item(s)")]
+    if v == "minProperties":
+        return [doc.problem(path, f"expected at least {error.validator_value} key(s)")]
+    if v == "maxProperties":
+        return [doc.problem(path, f"expected at most {error.validator_value} key(s)")]
+    if v == "pattern":
+        return [doc.problem(path, f"{describe_value(value)} does not match {error.validator_value}")]
+    if v in ("oneOf", "anyOf") and error.context:
+        # Report the alternative that got furthest: the deepest error among the branches.
+        deepest = max(error.context, key=lambda e: (len(e.absolute_path), -len(e.context or ())))
+        if len(deepest.absolute_path) > len(error.absolute_path):
+            return _translate(deepest, doc)
+        options = [s.get("description") or s.get("type") for s in error.validator_value]
+        options = [str(o) for o in options if o]
+        expected = " or ".join(options) if options else "one of the documented forms"
+        return [doc.problem(path, f"expected {expected}, got {describe_value(value)}")]
+    if v == "not":
+        return [doc.problem(path, schema.get("description", "this value is not allowed here"))]
+    return [doc.problem(path, error.message)]
+
+
+def key_problems(doc: Document, value=None, path: tuple = ()) -> list[Problem]:
+    """Keys that are not strings (`1:`, `yes:`, `null:`): JSON and Ray's configs have none."""
+    value = doc.data if value is None and not path else value
+    problems: list[Problem] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                text, hint = _key_text(key)
+                problems.append(Problem(
+                    doc.file, f"the key {describe_value(key)} is not a string",
+                    doc.line_of(path + (key,)), None, format_path(path + (text,)), hint))
+            else:
+                problems += key_problems(doc, item, path + (key,))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            problems += key_problems(doc, item, path + (index,))
+    return problems
+
+
+def _key_text(key) -> tuple[str, str]:
+    """How a non-string key is shown in a field path, and what to do about it."""
+    if isinstance(key, bool):
+        return str(key).lower(), "quote it: YAML reads yes, no, on, off, true, false as booleans"
+    if key is None:
+        return "null", "quote it: YAML reads null, ~ and an empty key as null"
+    return str(key), f"quote it: '{key}'"
+
+
+def schema_problems(doc: Document, name: str) -> list[Problem]:
+    """Every schema violation in the document, sorted by line, each with a readable message."""
+    problems = key_problems(doc)
+    if problems:  # jsonschema expects string keys; report these first
+        return problems
+    for error in _validator(name).iter_errors(doc.data):
+        problems.extend(_translate(error, doc))
+    unique = {(p.line, p.field, p.message): p for p in problems}
+    return sorted(unique.values(), key=lambda p: (p.line or 0, p.field))

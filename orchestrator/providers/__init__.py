@@ -1,0 +1,91 @@
+"""The providers orchestrate supports: one module each, one explicit registry.
+
+    get(name) -> Provider                      the module for a `provider.type`
+    PROVIDERS                                  name -> module; the cluster schema's provider
+                                               enum is generated from it (scripts/build_schemas.py)
+    check_cluster(spec) -> list[CheckResult]   every preflight check for one cluster spec
+    ensure_ready(spec) -> list[CheckResult]    the same, raising PreflightError on any failure
+    check_credentials() -> list[CheckResult]   which clouds have usable credentials (no file)
+
+Adding a provider is one module satisfying `base.Provider` plus its tests, and a line here.
+Provider modules import their SDK only inside their functions, so importing this is cheap.
+
+Endpoints (for private endpoints and for tests): boto3 reads AWS_ENDPOINT_URL itself;
+ORCHESTRATE_GCP_ENDPOINT sets the Compute Engine API endpoint; ORCHESTRATE_AZURE_ENDPOINT sets
+the Azure Resource Manager endpoint (and turns off Entra instance discovery, which would
+otherwise ask login.microsoftonline.com about a custom AZURE_AUTHORITY_HOST).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from ..errors import MissingDependency, PreflightError
+from . import aws, azure, gcp, local
+from .base import FAIL, OK, WARN, CheckResult, ClusterView, Provider
+
+PROVIDERS: dict[str, Provider] = {aws.NAME: aws, gcp.NAME: gcp, azure.NAME: azure, local.NAME: local}
+
+# The SDKs log retries and credential-chain failures as warnings; with no logging set up those
+# would reach the terminal. Preflight reports them as results instead.
+for _name in ("azure", "botocore", "boto3", "google", "urllib3"):
+    logging.getLogger(_name).addHandler(logging.NullHandler())
+
+__all__ = ["CheckResult", "PROVIDERS", "Provider", "OK", "WARN", "FAIL", "get", "check_cluster",
+           "ensure_ready", "check_credentials", "failures"]
+
+
+class SpecWithProvider(ClusterView, Protocol):
+    @property
+    def provider(self) -> str: ...
+
+
+def get(name: str) -> Provider:
+    """The provider module for `name`; the schema has already refused any other name."""
+    try:
+        return PROVIDERS[name]
+    except KeyError:
+        raise PreflightError(f"orchestrate has no provider {name!r}",
+                             hint=f"providers: {', '.join(PROVIDERS)}") from None
+
+
+def check_cluster(spec: SpecWithProvider) -> list[CheckResult]:
+    """Every check for one cluster spec; raises MissingDependency when its SDK is missing."""
+    return list(get(spec.provider).check(spec))
+
+
+def failures(results: list[CheckResult]) -> list[CheckResult]:
+    return [r for r in results if r.status == FAIL]
+
+
+def ensure_ready(spec: SpecWithProvider) -> list[CheckResult]:
+    """Run the checks; raise PreflightError naming each failure, else return the results."""
+    results = check_cluster(spec)
+    failed = failures(results)
+    if failed:
+        lines = []
+        for result in failed:
+            where = f"{spec.path}:{result.line}" if result.line else str(spec.path)
+            field = f" {result.field}:" if result.field else ""
+            hint = f" ({result.hint})" if result.hint else ""
+            lines.append(f"{where}:{field} {result.detail}{hint}")
+        raise PreflightError(
+            f"preflight failed for {spec.name} ({len(failed)} problem"
+            f"{'s' if len(failed) > 1 else ''}):\n  " + "\n  ".join(lines),
+            hint="fix the cluster YAML, or run with --skip-preflight to launch anyway",
+        )
+    return results
+
+
+def check_credentials() -> list[CheckResult]:
+    """One row per provider: ok when its credentials work, warn (with how to fix) when not."""
+    rows = []
+    for name, provider in PROVIDERS.items():
+        try:
+            result = provider.credentials()
+        except MissingDependency as exc:
+            result = CheckResult(f"{name} credentials", WARN, exc.message, exc.hint)
+        if result.status == FAIL:
+            result = CheckResult(result.name, WARN, result.detail, result.hint)
+        rows.append(result)
+    return rows

@@ -1,0 +1,332 @@
+"""AWS preflight through boto3: credentials, region, zones, instance types, AMIs, key pairs, quotas.
+
+boto3 honours AWS_ENDPOINT_URL (and AWS_ENDPOINT_URL_<SERVICE>), which is how the tests point it
+at a moto server on loopback.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from ..errors import Problem
+from ..yamlload import Document
+from . import cloud
+from .base import (
+    FAIL,
+    OK,
+    CheckResult,
+    Checks,
+    ClusterView,
+    Config,
+    FieldPath,
+    compare_quota,
+    listing,
+    node_path,
+    node_types,
+    require,
+    sdk_message,
+    suggest,
+    worst_case,
+)
+
+NAME = "aws"
+# Provider fields Ray's AWS provider reads.
+KEYS = ("region", "availability_zone", "security_group", "aws_credentials", "cloudwatch")
+REQUIRED = ("region",)
+REPLACE_FIELDS = ("provider.region", "provider.availability_zone")
+LEGACY_KEYS = cloud.LEGACY_KEYS
+DEFAULT_START = cloud.DEFAULT_START
+dashboard_host = cloud.dashboard_host
+head_address = cloud.head_address
+expected_nodes = cloud.expected_nodes
+launcher_env = cloud.launcher_env
+after_down = cloud.after_down
+
+
+def problems(doc: Document, data: Config) -> list[Problem]:
+    return []
+
+
+def group_problems(doc: Document, path: FieldPath, group: Config) -> list[Problem]:
+    return cloud.group_problems(doc, path, group, NAME)
+
+
+def node_config(group: Config) -> Config:
+    config: Config = {"InstanceType": group["instance_type"]}
+    if "image" in group:
+        config["ImageId"] = group["image"]
+    if "disk_gb" in group:
+        config["BlockDeviceMappings"] = [
+            {"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": group["disk_gb"], "VolumeType": "gp3"}}]
+    if group.get("spot"):
+        config["InstanceMarketOptions"] = {"MarketType": "spot"}
+    return config
+
+
+def check(spec: ClusterView) -> list[CheckResult]:
+    return _checks(spec) + cloud.node_types_note(spec, NAME)
+
+EXTRA = "aws"
+CREDENTIALS_HINT = "run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+
+# Service Quotas codes of the vCPU limits, by instance family letters: (on-demand, spot).
+_STANDARD = ("L-1216C47A", "L-34B43A08")
+QUOTA_CODES = {
+    **{letter: _STANDARD for letter in ("a", "c", "d", "h", "i", "m", "r", "t", "z")},
+    "g": ("L-DB2E81BA", "L-3819A6DF"), "vt": ("L-DB2E81BA", "L-3819A6DF"),
+    "p": ("L-417A185B", "L-7212CCBC"),
+    "x": ("L-7295265B", "L-E3A00192"),
+    "f": ("L-74FC7D96", "L-88CF9481"),
+}
+
+
+def _session(region: str | None = None):
+    boto3 = require("boto3", "boto3", EXTRA)
+    return boto3.session.Session(region_name=region)
+
+
+def _client(session, service: str, region: str | None = None):
+    from botocore.config import Config
+    config = Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 2})
+    return session.client(service, region_name=region or session.region_name or "us-east-1",
+                          config=config)
+
+
+def _error_code(exc) -> str:
+    return ((getattr(exc, "response", None) or {}).get("Error") or {}).get("Code") or type(exc).__name__
+
+
+def _identity(session, region: str | None) -> tuple[str, str, str | None]:
+    """(status, detail, hint) of the credentials."""
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+    try:
+        ident = _client(session, "sts", region).get_caller_identity()
+    except NoCredentialsError:
+        return FAIL, "no AWS credentials found", CREDENTIALS_HINT
+    except ClientError as exc:
+        return FAIL, f"AWS rejected the credentials ({_error_code(exc)})", CREDENTIALS_HINT
+    except BotoCoreError as exc:
+        return FAIL, f"could not reach AWS: {sdk_message(exc)}", "check the network or AWS_ENDPOINT_URL"
+    return OK, f"account {ident['Account']} ({ident['Arn']})", None
+
+
+def credentials() -> CheckResult:
+    status, detail, hint = _identity(_session(), None)
+    return CheckResult("aws credentials", status, detail, hint)
+
+
+def _checks(spec: ClusterView) -> list[CheckResult]:
+    from botocore.exceptions import BotoCoreError, ClientError
+    checks = Checks(spec)
+    region = (spec.document.get("provider") or {}).get("region")
+    if not region:
+        checks.fail("region", "provider.region is not set", "set provider.region, e.g. us-west-2",
+                    ("provider",))
+        return checks.results
+    session = _session(region)
+    status, detail, hint = _identity(session, region)
+    checks.add(status, "credentials", detail, hint)
+    if checks.failed:
+        return checks.results
+    ec2 = _client(session, "ec2", region)
+    try:
+        zones = _check_region(checks, session, ec2, region)
+        if zones is None:
+            return checks.results
+        types = _check_instance_types(checks, ec2, region, zones)
+        _check_images(checks, ec2, region, types)
+        _check_key_pairs(checks, ec2, region)
+        _check_quotas(checks, session, region, types)
+    except (BotoCoreError, ClientError) as exc:
+        checks.fail("aws", f"AWS call failed: {sdk_message(exc)}",
+                    "check the credentials' permissions (ec2:Describe*, servicequotas:GetServiceQuota)")
+    return checks.results
+
+
+def _zones_wanted(document: dict) -> list[str]:
+    text = (document.get("provider") or {}).get("availability_zone") or ""
+    return [zone.strip() for zone in str(text).split(",") if zone.strip()]
+
+
+def _check_region(checks: Checks, session, ec2, region: str) -> list[str] | None:
+    """The zones the cluster may use, or None when the region itself is unusable."""
+    from botocore.exceptions import ClientError
+    known: set[str] = set()
+    for partition in session.get_available_partitions():
+        known.update(session.get_available_regions("ec2", partition))
+    path = ("provider", "region")
+    if known and region not in known:
+        checks.fail("region", f"there is no AWS region {region!r}",
+                    suggest(region, known, "AWS regions") + "; a region newer than this boto3 "
+                    "needs a newer boto3", path)
+        return None
+    try:
+        reply = ec2.describe_availability_zones()
+    except ClientError as exc:
+        checks.fail("region", f"region {region} is not usable by this account ({_error_code(exc)})",
+                    "enable the region (opt-in regions) or pick another one", path)
+        return None
+    zones = sorted(z["ZoneName"] for z in reply["AvailabilityZones"]
+                   if z.get("State", "available") == "available")
+    checks.ok("region", f"{region}: zones {listing(zones)}", path)
+    wanted = _zones_wanted(checks.spec.document)
+    path = ("provider", "availability_zone")
+    unknown = [zone for zone in wanted if zone not in zones]
+    if unknown:
+        checks.fail("availability zone", f"{listing(unknown)} not in region {region}",
+                    f"zones of {region}: {listing(zones)}", path)
+    elif wanted:
+        checks.ok("availability zone", listing(wanted), path)
+    return [zone for zone in wanted if zone in zones] or zones
+
+
+def _offered_in(ec2, location_type: str, filters: list) -> list[dict]:
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType=location_type, Filters=filters)
+    return [offer for page in pages for offer in page["InstanceTypeOfferings"]]
+
+
+def _check_instance_types(checks: Checks, ec2, region: str, zones: list[str]) -> dict:
+    """Check each InstanceType; returns {instance type: its DescribeInstanceTypes entry}."""
+    from botocore.exceptions import ClientError
+    wanted: dict[str, list[str]] = {}
+    for name, node_type in node_types(checks.spec.document):
+        itype = (node_type.get("node_config") or {}).get("InstanceType")
+        if itype:
+            wanted.setdefault(itype, []).append(name)
+    configured = _zones_wanted(checks.spec.document)
+    described = {}
+    for itype, names in sorted(wanted.items()):
+        path = node_path(names[0], "InstanceType")
+        try:
+            desc = ec2.describe_instance_types(InstanceTypes=[itype])["InstanceTypes"][0]
+        except ClientError as exc:
+            if _error_code(exc) not in ("InvalidInstanceType", "InvalidParameterValue"):
+                raise
+            offered = {o["InstanceType"] for o in _offered_in(ec2, "region", [])}
+            checks.fail("instance type", f"{itype!r} is not an EC2 instance type",
+                        suggest(itype, offered, f"offered in {region}"), path)
+            continue
+        described[itype] = desc
+        filters = [{"Name": "instance-type", "Values": [itype]}]
+        offered = {o["Location"] for o in _offered_in(ec2, "availability-zone", filters)}
+        usable = offered & set(zones)
+        vcpus = desc["VCpuInfo"]["DefaultVCpus"]
+        if not offered:
+            checks.fail("instance type", f"{itype} is not offered in region {region}",
+                        "pick another instance type or region", path)
+        elif not usable:
+            checks.fail("instance type", f"{itype} is not offered in zone {listing(zones)}",
+                        f"zones of {region} that offer it: {listing(offered)} "
+                        "(set provider.availability_zone to them)", path)
+        elif configured and usable != set(zones):
+            checks.warn("instance type",
+                        f"{itype} is offered in {listing(usable)}, not in {listing(set(zones) - usable)}",
+                        "drop those zones from provider.availability_zone", path)
+        else:
+            checks.ok("instance type", f"{itype} ({vcpus} vCPUs) offered in {listing(usable)}", path)
+    return described
+
+
+def _check_images(checks: Checks, ec2, region: str, described: dict) -> None:
+    from botocore.exceptions import ClientError
+    images: dict = {}
+    for name, node_type in node_types(checks.spec.document):
+        config = node_type.get("node_config") or {}
+        image_id = config.get("ImageId")
+        if not image_id:
+            continue
+        path = node_path(name, "ImageId")
+        if image_id not in images:
+            try:
+                found = ec2.describe_images(ImageIds=[image_id])["Images"]
+            except ClientError as exc:
+                if not _error_code(exc).startswith("InvalidAMIID"):
+                    raise
+                found = []
+            images[image_id] = found[0] if found else None
+        image = images[image_id]
+        if image is None:
+            checks.fail("image", f"AMI {image_id} does not exist in {region} or is not readable",
+                        f"AMI ids differ per region: use the {region} id of the image, "
+                        "or share/copy the AMI to this account and region", path)
+            continue
+        arch = image.get("Architecture")
+        supported = (described.get(config.get("InstanceType")) or {}).get(
+            "ProcessorInfo", {}).get("SupportedArchitectures", [])
+        if image.get("State", "available") != "available":
+            checks.fail("image", f"AMI {image_id} is {image['State']}", "use an available AMI", path)
+        elif arch and supported and arch not in supported:
+            checks.fail("image", f"AMI {image_id} is {arch}, {config['InstanceType']} runs "
+                        f"{listing(supported)}", f"use an AMI built for {supported[0]}", path)
+        else:
+            checks.ok("image", f"{image_id} ({image.get('Name', '?')}, {arch})", path)
+
+
+def _check_key_pairs(checks: Checks, ec2, region: str) -> None:
+    from botocore.exceptions import ClientError
+    document = checks.spec.document
+    seen: set[str] = set()
+    for name, node_type in node_types(document):
+        key = (node_type.get("node_config") or {}).get("KeyName")
+        if not key or key in seen:
+            continue
+        seen.add(key)
+        path = node_path(name, "KeyName")
+        try:
+            ec2.describe_key_pairs(KeyNames=[key])
+            checks.ok("key pair", f"{key} exists in {region}", path)
+        except ClientError as exc:
+            if _error_code(exc) != "InvalidKeyPair.NotFound":
+                raise
+            existing = [k["KeyName"] for k in ec2.describe_key_pairs()["KeyPairs"]]
+            checks.fail("key pair", f"key pair {key!r} does not exist in {region}",
+                        f"existing key pairs: {listing(existing)}; or drop KeyName and Ray "
+                        "creates one", path)
+    private = (document.get("auth") or {}).get("ssh_private_key")
+    if seen and not private:
+        checks.fail("ssh key", "KeyName is set but auth.ssh_private_key is not",
+                    "set auth.ssh_private_key to that key pair's .pem file", ("auth",))
+    elif seen and not os.path.exists(os.path.expanduser(private)):
+        checks.fail("ssh key", f"{private} does not exist", "point it at the key pair's .pem file",
+                    ("auth", "ssh_private_key"))
+
+
+def _quota_code(node_type: dict):
+    config = node_type.get("node_config") or {}
+    letters = re.match(r"[a-z]*", config.get("InstanceType", "")).group(0)
+    letters = "i" if letters in ("im", "is") else letters
+    spot = (config.get("InstanceMarketOptions") or {}).get("MarketType") == "spot"
+    codes = QUOTA_CODES.get(letters)
+    return codes[1 if spot else 0] if codes else ("unknown", letters)
+
+
+def _check_quotas(checks: Checks, session, region: str, described: dict) -> None:
+    from botocore.exceptions import BotoCoreError, ClientError
+    document = checks.spec.document
+
+    def group(name, node_type):
+        itype = (node_type.get("node_config") or {}).get("InstanceType")
+        return _quota_code(node_type) if itype in described else None
+
+    def vcpus(name, node_type):
+        return described[node_type["node_config"]["InstanceType"]]["VCpuInfo"]["DefaultVCpus"]
+
+    quotas = _client(session, "service-quotas", region)
+    for code, need in sorted(worst_case(document, group, vcpus).items(), key=str):
+        if isinstance(code, tuple):
+            checks.warn("vCPU quota", f"no known vCPU quota for the {code[1]} family; "
+                        f"the worst case needs {need} vCPUs", "check it in Service Quotas",
+                        ("max_workers",))
+            continue
+        try:
+            quota = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]
+        except (BotoCoreError, ClientError) as exc:
+            checks.warn("vCPU quota", f"could not read quota {code} ({_error_code(exc)}); the "
+                        f"worst case needs {need} vCPUs",
+                        "allow servicequotas:GetServiceQuota, or check the quota by hand",
+                        ("max_workers",))
+            continue
+        label = quota.get("QuotaName", code)
+        compare_quota(checks, "vCPU quota", f"vCPUs of {label!r}", need, quota["Value"], None,
+                      region, f"request more of {code} in Service Quotas")

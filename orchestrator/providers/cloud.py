@@ -1,0 +1,65 @@
+"""What the three clouds (aws, gcp, azure) do alike; each cloud module takes these by name.
+
+On a cloud the head's dashboard listens on its loopback only and is reached through an SSH
+forward, the head's address comes from `ray get-head-ip`, and `ray down` removes every node.
+"""
+from __future__ import annotations
+
+from ..errors import Problem
+from ..yamlload import Document
+from .base import WARN, CheckResult, ClusterView, Config, FieldPath, Progress
+
+LEGACY_KEYS: tuple[str, ...] = ()
+
+# Ray's defaults (ray/autoscaler/{aws,gcp,azure}/defaults.yaml).
+DEFAULT_START: tuple[tuple[str, ...], tuple[str, ...]] = (
+    ("ray stop", "ulimit -n 65536; ray start --head --port=6379 --object-manager-port=8076"
+     " --autoscaling-config=~/ray_bootstrap_config.yaml"),
+    ("ray stop", "ulimit -n 65536; ray start --address=$RAY_HEAD_IP:6379"
+     " --object-manager-port=8076"),
+)
+
+
+def dashboard_host(config: Config, chosen: str | None) -> str:
+    return "127.0.0.1"  # whatever the file says: reached through an SSH forward only
+
+
+def head_address(config: Config) -> str | None:
+    return None
+
+
+def expected_nodes(config: Config) -> int:
+    head_type = config.get("head_node_type")
+    return 1 + sum(int(t.get("min_workers") or 0)
+                   for n, t in (config.get("available_node_types") or {}).items() if n != head_type)
+
+
+def launcher_env() -> dict[str, str]:
+    return {}
+
+
+def after_down(config: Config, progress: Progress) -> list[str]:
+    return []  # `ray down` terminates every node of the cluster
+
+
+def group_problems(doc: Document, path: FieldPath, group: Config, name: str,
+                   gpu_type: bool = False) -> list[Problem]:
+    """A shorthand group on a cloud needs an instance type; gpu_type is gcp's alone."""
+    problems = []
+    if "instance_type" not in group:
+        problems.append(doc.problem(path, f"missing 'instance_type', required on provider {name}"))
+    if group.get("gpu_type") and not gpu_type:
+        problems.append(doc.problem(path + ("gpu_type",),
+                                    "gpu_type applies to gcp only; elsewhere the instance type "
+                                    "decides the GPU"))
+    return problems
+
+
+def node_types_note(spec: ClusterView, name: str) -> list[CheckResult]:
+    """Ray's default node types are not in the file, so preflight cannot check them."""
+    if spec.document.get("available_node_types"):
+        return []
+    return [CheckResult(
+        "node types", WARN, "no available_node_types: Ray fills in its default node types "
+        f"for {name}, which are not checked here",
+        "describe the node types in the file to have them checked", "available_node_types")]

@@ -1,0 +1,79 @@
+"""Files that must never be seen half-written, folders that must stay private, and JSON state
+files that a crash, a disk or a person may have damaged."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename over `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data.encode() if isinstance(data, str) else data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def private_folder(path: Path) -> Path:
+    """`path` created if need be, mode 0700 (its missing parents too). Raises OSError."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def read_json(path: Path, problem_of: Callable[[Any], str | None]) -> tuple[Any, str | None]:
+    """(data, None) for a sound file; (None, None) when it does not exist; (None, why) when it
+    cannot be read or `problem_of(data)` finds it damaged."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"unreadable: {getattr(exc, 'strerror', None) or exc}"
+    problem = problem_of(data)
+    if problem:
+        return None, f"corrupted: {problem}"
+    return data, None
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a text file ("" when it cannot be read)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def digest_tree(root: Path, skip: Callable[[str], bool]) -> str:
+    """sha256 over the relative names and the contents of every file under `root`, in a stable
+    order; folders for which `skip(name)` is true are left out. Every file counts: a tree of any
+    size gets a digest that changes when any file does."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not skip(d))
+        for name in sorted(files):
+            file = Path(folder) / name
+            digest.update(str(file.relative_to(root)).encode() + b"\0")
+            try:
+                with open(file, "rb") as handle:
+                    for block in iter(lambda: handle.read(1 << 20), b""):
+                        digest.update(block)
+            except OSError:
+                digest.update(b"\0unreadable")
+    return digest.hexdigest()

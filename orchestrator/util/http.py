@@ -1,0 +1,46 @@
+"""Ray's dashboard over plain HTTP, with the cluster's token as a bearer header.
+
+Ray's job client and the Serve client take the same `headers`, so `bearer()` is the one place
+the header is spelt.
+"""
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+
+class HttpError(Exception):
+    """The dashboard refused (`status` is the HTTP code) or did not answer (`status` is None)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def get_json(address: str, path: str, token: str | None, *, timeout: float = 5) -> Any:
+    """GET `address + path` with the token; the decoded JSON, or HttpError."""
+    request = urllib.request.Request(address.rstrip("/") + path, headers=bearer(token))
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise HttpError(f"HTTP {exc.code}", exc.code) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise HttpError(str(getattr(exc, "reason", exc))) from None
+
+
+def answers(address: str, token: str | None = None, path: str = "/api/version", *,
+            timeout: float = 2) -> bool:
+    """Whether something answers HTTP there; without a token a 401/403 still counts (the
+    dashboard is up, it just wants the token); with one, only a success counts."""
+    try:
+        get_json(address, path, token, timeout=timeout)
+    except HttpError as exc:
+        return exc.status is not None and not token
+    return True

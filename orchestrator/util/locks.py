@@ -1,0 +1,42 @@
+"""An exclusive lock on a file (filelock, an flock on Linux: released when its holder dies),
+with a note beside it that names the holder, so a refused caller can say who holds it."""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+
+class Busy(Exception):
+    """The lock is held by someone else; `holder` is what they wrote (may be empty)."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+@contextlib.contextmanager
+def held(path: Path, *, action: str, timeout: float = 0) -> Iterator[None]:
+    """Hold the lock at `path` for the block. `timeout` 0: raise Busy at once if it is taken;
+    below 0: wait as long as it takes."""
+    import filelock
+
+    lock = filelock.FileLock(str(path), timeout=timeout, mode=0o600)
+    note = path.with_name(path.name + ".holder")
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        try:
+            holder = note.read_text().strip()
+        except OSError:
+            holder = ""
+        raise Busy(holder) from None
+    try:
+        note.write_text(f"{action}, pid {os.getpid()} on {socket.gethostname()}\n")
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            note.unlink()
+        lock.release()

@@ -1,0 +1,26 @@
+"""Free TCP ports on loopback."""
+from __future__ import annotations
+
+import socket
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports that were free a moment ago (all held open together while chosen)."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    return free_ports(1, host)[0]
+
+
+# Addresses that only this machine (or a head, of itself) can reach.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")

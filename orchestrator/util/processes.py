@@ -1,0 +1,91 @@
+"""Stopping what we started: a child in its own process group, and whatever it left behind.
+
+Every long-lived child (`ray up`, an SSH forward, the embedded Ray) is started with
+`start_new_session=True`, so it leads its own group and a signal to the group reaches all of it.
+psutil finds processes portably (no /proc scans).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Iterable
+
+from .waiting import until
+
+# SIGINT first: `ray up` and `ray down` clean up on it; then TERM, then KILL.
+GENTLE = ((signal.SIGINT, 5.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
+
+
+def stop_group(process: subprocess.Popen[str] | subprocess.Popen[bytes],
+               steps: Iterable[tuple[signal.Signals, float]] = GENTLE) -> None:
+    """Signal the child's whole group, step by step, until the child has exited (and is reaped)."""
+    for sig, wait in steps:
+        if process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(wait)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process (zombies aside) is still in process group `pgid`."""
+    import psutil
+
+    for proc in psutil.process_iter(["status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                return True
+        except ProcessLookupError:
+            continue
+    return False
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie counts as gone)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def stop_process_group(pgid: int, *, timeout: float) -> None:
+    """SIGTERM the group's leader, wait up to `timeout` for the group to go, then SIGKILL it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pgid, signal.SIGTERM)
+
+    def gone() -> bool:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pgid, os.WNOHANG)  # reap the leader if it is our child
+        return not group_alive(pgid)
+
+    until(gone, timeout=timeout, interval=0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pgid, 0)
+
+
+def kill_naming(fragment: str) -> None:
+    """SIGKILL every process (but this one) with an argument that ends with the path `fragment`
+    (`--temp-dir=/tmp/x`) or names something inside it: what a child left outside its group."""
+    import psutil
+
+    needle = fragment.rstrip("/")
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.pid == os.getpid():
+            continue
+        args = proc.info["cmdline"] or []
+        if any(arg.endswith(needle) or needle + "/" in arg for arg in args):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()

@@ -1,0 +1,36 @@
+"""The job's entrypoint: read the contract, run the workload, leave results, exit 0 only on
+success (a failure prints its traceback to the job's log and a FAILED result line)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+from .. import contract
+
+
+def main() -> int:
+    started = time.monotonic()
+    try:
+        config = contract.decode(os.environ.get(contract.CONFIG_ENV))
+        summary = run(config)
+    except Exception as exc:  # noqa: BLE001 - the job's log is where the traceback belongs
+        traceback.print_exc()
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        print(contract.result_line({"status": "FAILED", "error": error}), flush=True)
+        return 1
+    print(f"orchestrate: done in {time.monotonic() - started:.1f} s "
+          f"({summary.get('status')})", flush=True)
+    return 0
+
+
+def run(config: contract.JobConfig) -> dict[str, Any]:
+    from .train import train
+
+    return train(config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Datasets for the job: Ray Data pipelines, or in-memory tensors for a torch DataLoader.
+
+Images (`image`: uint8 HxWx3) are normalised as in the tutorial: ToTensor then Normalize(0.5, 0.5),
+i.e. CHW float32 in [-1, 1]. Tabular features are every column but the label (or
+`feature_columns`), after the preprocessors, which are fitted on the train split only.
+"""
+from __future__ import annotations
+
+import os
+
+from ..util.uris import is_uri
+
+FEATURES = "features"  # the column holding the concatenated tabular features
+IMAGE = "image"
+SCALERS = ("StandardScaler", "MinMaxScaler", "MaxAbsScaler", "RobustScaler", "Normalizer",
+           "PowerTransformer", "SimpleImputer")
+
+
+def resolve(path: str) -> str:
+    """URIs pass through; relative paths are relative to the job's working directory."""
+    return path if is_uri(path) else os.path.abspath(path)
+
+
+def absolute_paths(config: dict) -> dict:
+    """The config with dataset paths made absolute here, in the driver: Train V2 workers and Tune
+    trials run in artifact folders, not in the working directory."""
+    datasets = {name: dict(spec, path=resolve(spec["path"]))
+                for name, spec in (config.get("datasets") or {}).items()}
+    return dict(config, datasets=datasets)
+
+
+def read(spec: dict):
+    import ray.data
+
+    readers = {"parquet": ray.data.read_parquet, "csv": ray.data.read_csv,
+               "json": ray.data.read_json, "numpy": ray.data.read_numpy}
+    fmt = spec.get("format", "parquet")
+    if fmt not in readers:
+        raise ValueError(f"unknown dataset format {fmt!r}; one of {', '.join(readers)}")
+    return readers[fmt](resolve(spec["path"]), **(spec.get("read_options") or {}))
+
+
+def check_paths(config: dict) -> None:
+    """Fail early, with the path in the message, when a local dataset path does not exist."""
+    for name, spec in (config.get("datasets") or {}).items():
+        path = resolve(spec["path"])
+        if not is_uri(path) and not os.path.exists(path):
+            raise FileNotFoundError(f"dataset {name!r}: {spec['path']} does not exist "
+                                    f"(looked in {path})")
+
+
+def build_preprocessor(specs: list | None, features: list[str]):
+    """`[{type: StandardScaler, columns: [...]}, ...]` -> one Ray Data preprocessor, or None.
+    A scaler without `columns` applies to every feature column."""
+    if not specs:
+        return None
+    import ray.data.preprocessors as module
+
+    steps = []
+    for spec in specs:
+        kwargs = {k: v for k, v in spec.items() if k != "type"}
+        if spec["type"] in SCALERS and "columns" not in kwargs:
+            kwargs["columns"] = features
+        cls = getattr(module, spec["type"], None)
+        if cls is None:
+            raise ValueError(f"unknown preprocessor {spec['type']!r}")
+        steps.append(cls(**kwargs))
+    return steps[0] if len(steps) == 1 else module.Chain(*steps)
+
+
+def fit_preprocessor(config: dict, train):
+    if not config.get("preprocessors"):
+        return None
+    features = feature_columns(config, train.schema().names)
+    preprocessor = build_preprocessor(config["preprocessors"], features)
+    if preprocessor is not None:
+        preprocessor = preprocessor.fit(train)
+    return preprocessor
+
+
+def feature_columns(config: dict, columns: list[str]) -> list[str]:
+    label = config.get("label_column")
+    return list(config.get("feature_columns") or [c for c in columns if c != label])
+
+
+def normalize_images(batch: dict) -> dict:
+    import numpy as np
+
+    images = np.asarray(batch[IMAGE], dtype=np.float32)
+    batch[IMAGE] = ((images / 255.0 - 0.5) / 0.5).transpose(0, 3, 1, 2)
+    return batch
+
+
+def ray_datasets(config: dict, image: bool) -> tuple[dict, int | None]:
+    """Read, fit preprocessors on train, transform every split. Returns (datasets, input_dim)."""
+    datasets = {name: read(spec) for name, spec in config["datasets"].items()}
+    preprocessor = fit_preprocessor(config, datasets["train"])
+    if preprocessor is not None:
+        datasets = {k: preprocessor.transform(v) for k, v in datasets.items()}
+    if image:
+        return {k: v.map_batches(normalize_images, batch_format="numpy")
+                for k, v in datasets.items()}, None
+    if config.get("trainer") == "xgboost" or config.get("train_loop"):
+        return datasets, None
+    import numpy as np
+    from ray.data.preprocessors import Concatenator
+
+    columns = feature_columns(config, datasets["train"].schema().names)
+    concat = Concatenator(columns=columns, output_column_name=FEATURES, dtype=np.float32)
+    return {k: concat.transform(v) for k, v in datasets.items()}, len(columns)
+
+
+def load_tensors(config: dict, split: str, preprocessor, image: bool):
+    """One split as (features, labels) tensors, for a torch DataLoader (variant A)."""
+    import numpy as np
+    import pyarrow.dataset
+    import ray.data  # noqa: F401  registers Ray's tensor column type with pyarrow
+    import torch
+
+    spec = config["datasets"][split]
+    frame = pyarrow.dataset.dataset(resolve(spec["path"]), format=spec.get("format", "parquet"))
+    frame = frame.to_table().to_pandas()
+    if preprocessor is not None:
+        frame = preprocessor.transform_batch(frame)
+    label = config.get("label_column") or "label"
+    labels = torch.as_tensor(frame[label].to_numpy(), dtype=torch.long)
+    if image:
+        column = frame[IMAGE].to_numpy()
+        images = np.stack([np.asarray(x) for x in column]) if column.dtype == object else column
+        features = normalize_images({IMAGE: images})[IMAGE]
+    else:
+        columns = feature_columns(config, list(frame.columns))
+        features = frame[columns].to_numpy(dtype=np.float32)
+    return torch.as_tensor(np.ascontiguousarray(features)), labels

@@ -1,0 +1,42 @@
+"""Training: a TorchTrainer (built-in model or the user's loop), an XGBoostTrainer, or a Tune
+sweep over either, from the resolved configuration."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...contract import JobConfig
+from .. import results
+from ..data import absolute_paths
+
+
+def train(config: JobConfig) -> dict[str, Any]:
+    config = absolute_paths(config)
+    if config.get("tune"):
+        from .tune_job import run_tune
+
+        return run_tune(config)
+    if config.get("trainer") == "xgboost":
+        from .xgboost_job import make_trainer
+    else:
+        from .torch_loop import make_trainer  # type: ignore[assignment]  # same signature
+    return run_trainer(config, make_trainer)
+
+
+def run_trainer(config: JobConfig, make_trainer: Callable[[JobConfig, Any], Any]) -> dict[str, Any]:
+    from .configs import best_from_history, run_config, run_name
+
+    name = run_name(config)
+    run_uri = results.join(results.storage_root(config), name)
+    print(f"orchestrate: run {name!r}, storage {run_uri}", flush=True)
+    callback = results.make_history_callback(run_uri)
+    result = make_trainer(config, run_config(config, name, [callback])).fit()
+    history = results.read_history(run_uri)
+    last = {k: v for k, v in history[-1].items() if k != "checkpoint"} if history else {}
+    summary = {"name": name, "status": "SUCCEEDED", "metrics": last or _plain(result.metrics),
+               "best_checkpoint": best_from_history(history, config)}
+    return results.finish(run_uri, summary, history)
+
+
+def _plain(metrics: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (metrics or {}).items() if isinstance(v, (int, float, str, bool))}

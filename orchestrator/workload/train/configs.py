@@ -1,0 +1,60 @@
+"""Ray Train's ScalingConfig / RunConfig from the resolved configuration, and the run's folder.
+
+Ray Train V2 restores a run from `<storage_path>/<name>` whenever that folder holds a previous
+run's state. So `resume: true` uses the name as given (continuing from its latest checkpoint),
+while `resume: false` on a name already used starts a new run under `<name>-<timestamp>`
+rather than silently continuing (or overwriting) the old one.
+"""
+from __future__ import annotations
+
+import time
+
+from .. import results
+
+
+def run_name(config: dict) -> str:
+    name = (config.get("run_config") or {}).get("name") or config["name"]
+    if config.get("resume"):
+        return name
+    if results.exists(results.join(results.storage_root(config), name)):
+        return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return name
+
+
+def scaling_config(config: dict):
+    from ray.train import ScalingConfig
+
+    scaling = dict(config.get("scaling_config") or {})
+    resources = scaling.pop("resources_per_worker", None)
+    return ScalingConfig(num_workers=scaling.get("num_workers", 1),
+                         use_gpu=scaling.get("use_gpu", False),
+                         resources_per_worker=resources)
+
+
+def run_config(config: dict, name: str, callbacks: list):
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig
+
+    section = config.get("run_config") or {}
+    checkpoint = section.get("checkpoint_config")
+    failure = section.get("failure_config")
+    return RunConfig(
+        name=name,
+        storage_path=results.storage_root(config),
+        checkpoint_config=CheckpointConfig(**checkpoint) if checkpoint else None,
+        failure_config=FailureConfig(**failure) if failure else None,
+        callbacks=callbacks,
+    )
+
+
+def best_from_history(history: list[dict], config: dict) -> str | None:
+    """The best kept checkpoint by the configured score (ties: the later one, as Ray keeps it),
+    else the latest."""
+    rows = [r for r in history if r.get("checkpoint") and results.exists(r["checkpoint"])]
+    section = (config.get("run_config") or {}).get("checkpoint_config") or {}
+    metric = section.get("checkpoint_score_attribute")
+    scored = [(r[metric], i, r) for i, r in enumerate(rows)
+              if metric and isinstance(r.get(metric), (int, float))]
+    if scored:
+        sign = 1 if section.get("checkpoint_score_order", "max") == "max" else -1
+        return max(scored, key=lambda t: (sign * t[0], t[1]))[2]["checkpoint"]
+    return rows[-1]["checkpoint"] if rows else None

@@ -1,0 +1,177 @@
+"""The built-in Ray Train loop (the tutorial's, for any built-in model) and the TorchTrainer.
+
+Per epoch: train, then validation loss/accuracy summed over every worker (an all-reduce, so the
+numbers are the global ones, not rank 0's shard), then `ray.train.report` with a checkpoint
+(`model.pt`: the plain module's state dict; `state.pt`: optimizer and epoch, for resuming).
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import tempfile
+import time
+
+from .. import data, models
+
+
+def import_train_loop(reference: str):
+    """`"module:function"`, importable from the working directory."""
+    module_name, _, function = reference.partition(":")
+    return getattr(importlib.import_module(module_name), function)
+
+
+def make_trainer(config: dict, run_config):
+    """A TorchTrainer for the resolved config (Tune calls this once per trial)."""
+    from ray.train.torch import TorchTrainer
+
+    from .configs import scaling_config
+
+    loop_config = dict(config.get("train_loop_config") or {})
+    image = models.is_image_model(config.get("model"))
+    datasets, input_dim, preprocessor = None, None, None
+    if config.get("data_loader") == "torch" and config.get("datasets"):
+        data.check_paths(config)
+        train = data.read(config["datasets"]["train"])
+        preprocessor = data.fit_preprocessor(config, train)
+    elif config.get("datasets"):
+        data.check_paths(config)
+        datasets, input_dim = data.ray_datasets(config, image)
+    if config.get("train_loop"):
+        loop = import_train_loop(config["train_loop"])
+    else:
+        job = {"model": config.get("model"), "image": image, "input_dim": input_dim,
+               "label": config.get("label_column") or "label", "preprocessor": preprocessor,
+               "config": {k: config.get(k) for k in ("datasets", "label_column",
+                                                     "feature_columns", "data_loader")}}
+        loop = functools.partial(train_loop, job=job)
+    return TorchTrainer(loop, train_loop_config=loop_config, datasets=datasets,
+                        scaling_config=scaling_config(config), run_config=run_config)
+
+
+def train_loop(loop_config: dict, *, job: dict) -> None:
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    batch_size = int(loop_config.get("batch_size_per_worker", 64))
+    batches = _batch_sources(job, batch_size, world)
+    input_dim = batches.pop("_input_dim", None) or job["input_dim"]
+    model = ray.train.torch.prepare_model(models.build_model(job["model"], input_dim))
+    plain = model.module if hasattr(model, "module") else model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=float(loop_config.get("lr", 1e-3)),
+                                  weight_decay=float(loop_config.get("weight_decay", 1e-2)))
+    loss_fn = torch.nn.CrossEntropyLoss()
+    start = _restore(plain, optimizer)
+    for epoch in range(start, int(loop_config.get("epochs", 1))):
+        model.train()
+        begin, seen, train_loss = time.perf_counter(), 0, 0.0
+        for x, y in batches["train"](epoch):
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            seen += len(y)
+            train_loss += loss.item() * len(y)
+        elapsed = time.perf_counter() - begin
+        train = _all_reduce([train_loss, seen], world)
+        seconds = _all_reduce([elapsed], world, op="max")[0]
+        metrics = {"epoch": epoch + 1, "train_loss": train[0] / max(train[1], 1),
+                   "samples_per_second": train[1] / max(seconds, 1e-9),
+                   "train_seconds": seconds}
+        metrics.update(_evaluate(model, loss_fn, batches.get("valid") or batches["train"], world))
+        _report(metrics, plain, optimizer, epoch, rank)
+
+
+def _batch_sources(job: dict, batch_size: int, world: int) -> dict:
+    """split -> function(epoch) yielding (x, y); ray_data shards or prepared DataLoaders."""
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    splits = [s for s in ("train", "valid") if s in job["config"]["datasets"]]
+    label, x_column = job["label"], data.IMAGE if job["image"] else data.FEATURES
+    sources: dict = {}
+    if job["config"].get("data_loader") == "torch":
+        for split in splits:
+            x, y = data.load_tensors(job["config"], split, job["preprocessor"], job["image"])
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y),
+                                                 batch_size=batch_size, shuffle=split == "train")
+            loader = ray.train.torch.prepare_data_loader(loader)
+            sources[split] = functools.partial(_from_loader, loader, world)
+            if split == "train" and not job["image"]:
+                sources["_input_dim"] = x.shape[1]
+        return sources
+    dtypes = {x_column: torch.float32, label: torch.long}
+    for split in splits:
+        shard = ray.train.get_dataset_shard(split)
+        sources[split] = functools.partial(_from_shard, shard, batch_size, dtypes, x_column, label)
+    return sources
+
+
+def _from_loader(loader, world, epoch):
+    if world > 1 and hasattr(loader.sampler, "set_epoch"):
+        loader.sampler.set_epoch(epoch)
+    yield from loader
+
+
+def _from_shard(shard, batch_size, dtypes, x_column, label, _epoch):
+    for batch in shard.iter_torch_batches(batch_size=batch_size, dtypes=dtypes):
+        yield batch[x_column], batch[label]
+
+
+def _evaluate(model, loss_fn, batches, world) -> dict:
+    import torch
+
+    model.eval()
+    total_loss, correct, count = 0.0, 0, 0
+    with torch.no_grad():
+        for x, y in batches(0):
+            out = model(x)
+            total_loss += loss_fn(out, y).item() * len(y)
+            correct += (out.argmax(1) == y).sum().item()
+            count += len(y)
+    total_loss, correct, count = _all_reduce([total_loss, correct, count], world)
+    return {"loss": total_loss / max(count, 1), "accuracy": correct / max(count, 1)}
+
+
+def _all_reduce(values: list, world: int, op: str = "sum") -> list:
+    if world == 1:
+        return list(values)
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return tensor.tolist()
+
+
+def _restore(plain, optimizer) -> int:
+    """Load the latest checkpoint if Ray hands one over (resume or a restart after a failure)."""
+    import ray.train
+    import torch
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return 0
+    with checkpoint.as_directory() as folder:
+        plain.load_state_dict(torch.load(os.path.join(folder, "model.pt")))
+        state = torch.load(os.path.join(folder, "state.pt"))
+    optimizer.load_state_dict(state["optimizer"])
+    return state["epoch"] + 1
+
+
+def _report(metrics: dict, plain, optimizer, epoch: int, rank: int) -> None:
+    import ray.train
+    import torch
+
+    with tempfile.TemporaryDirectory() as folder:
+        checkpoint = None
+        if rank == 0:
+            torch.save(plain.state_dict(), os.path.join(folder, "model.pt"))
+            torch.save({"optimizer": optimizer.state_dict(), "epoch": epoch},
+                       os.path.join(folder, "state.pt"))
+            checkpoint = ray.train.Checkpoint.from_directory(folder)
+        ray.train.report(metrics, checkpoint=checkpoint)

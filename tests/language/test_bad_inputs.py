@@ -1,0 +1,150 @@
+"""A corpus of bad files (tests/language/bad/), each with the message the user must see.
+
+Each case runs the real CLI in-process: it must exit 1, print no traceback, and name the file,
+the line (where there is one), the field and what was expected.
+"""
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+
+BAD = Path(__file__).parent / "bad"
+REPO = Path(__file__).resolve().parents[2]
+
+# file -> (line or None, field or "", words that must appear in the message)
+CASES = {
+    "malformed.yaml": (3, "", "not valid YAML"),
+    "empty.yaml": (None, "", "the file is empty"),
+    "only-comment.yaml": (None, "", "holds no YAML document"),
+    "top-level-list.yaml": (1, "", "expected a YAML mapping at the top level, found a list"),
+    "top-level-scalar.yaml": (1, "", "expected a YAML mapping at the top level"),
+    "duplicate-key.yaml": (5, "provider.region", "duplicate key 'region' (first written on line 4)"),
+    "alias-bomb.yaml": (1, "", "aliases that expand this far are refused"),
+    "binary.yaml": (None, "", "the file is binary"),
+    "not-utf8.yaml": (None, "", "not UTF-8"),
+    "python-tag.yaml": (2, "provider", "unsupported tag 'tag:yaml.org,2002:python/object/apply:os.system'"),
+    "deeply-nested.yaml": (3, "auth[0][0]", "nested more than 100 levels"),
+    "unknown-key.yaml": (2, "max_worker", "unknown key 'max_worker' (did you mean 'max_workers'?)"),
+    "wrong-type.yaml": (2, "max_workers", "expected an integer, got string 'two'"),
+    "negative-workers.yaml": (2, "max_workers", "must be >= 0, got integer -1"),
+    "aws-no-region.yaml": (2, "provider.region", "missing 'region', required for provider type aws"),
+    "gcp-zone-outside-region.yaml": (5, "provider.availability_zone",
+                                     "zone 'europe-west4-a' is not in region 'us-west1'"),
+    "azure-no-resource-group.yaml": (2, "provider.resource_group",
+                                     "missing 'resource_group', required for provider type azure"),
+    "local-no-worker-ips.yaml": (2, "provider.worker_ips", "missing 'worker_ips'"),
+    "local-with-node-types.yaml": (6, "head_node_type", "not supported by the local provider"),
+    "head-node-type-unknown.yaml": (6, "head_node_type", "'haed' is not a node type in available_node_types (head, worker) (did you mean 'head'?)"),
+    "min-above-max.yaml": (6, "available_node_types.worker.min_workers",
+                           "min_workers (4) is above max_workers (2)"),
+    "min-sum-above-max-workers.yaml": (2, "max_workers",
+                                       "min_workers add up to 4, above the cluster's max_workers (3)"),
+    "removed-fields.yaml": (3, "head_node", "'head_node' was removed from Ray's cluster YAML"),
+    "unsafe-cluster-name.yaml": (1, "cluster_name", "used in shell commands"),
+    "unknown-provider.yaml": (2, "provider.type", "expected one of: aws, azure, gcp, local"),
+    "shorthand-and-node-types.yaml": (4, "available_node_types", "not both"),
+    "unknown-kind.yaml": (1, "", "cannot tell what this file is"),
+    "exp-unknown-trainer.yaml": (2, "trainer", "expected one of: torch, xgboost; got string 'pytorch' (did you mean 'torch'?)"),
+    "exp-model-arg-typo.yaml": (3, "model.patch_sise", "unknown key 'patch_sise' (did you mean 'patch_size'?)"),
+    "exp-vit-heads.yaml": (3, "model.hidden_dim", "hidden_dim (100) must be divisible by num_heads (8)"),
+    "exp-model-and-loop.yaml": (4, "train_loop", "either 'model' or 'train_loop', not both"),
+    "exp-bad-domain.yaml": (8, "tune.param_space.train_loop_config.lr.uniform", "uniform needs [low, high]"),
+    "exp-bad-tune-section.yaml": (7, "tune.param_space.train_config",
+                                  "not a trainer argument Tune can vary (did you mean 'train_loop_config'?)"),
+    "exp-missing-dataset.yaml": (5, "datasets.train.path", "'no/such/file.csv' does not exist"),
+    "exp-zero-workers.yaml": (5, "scaling_config.num_workers", "must be >= 1, got integer 0"),
+    "exp-bad-cluster.yaml": (3, "cluster", "the cluster file unknown-key.yaml is not valid"),
+    "exp-xgboost-no-label.yaml": (None, "", "trainer xgboost needs 'label_column'"),
+    "exp-unsafe-name.yaml": (1, "name", "it names the Ray job"),
+    "exp-loop-module-missing.yaml": (3, "train_loop", "no module 'no_such_module'"),
+    # Keys YAML reads as numbers, booleans or null: JSON (and jsonschema) know string keys only.
+    "numeric-node-type.yaml": (5, "available_node_types.1", "the key integer 1 is not a string (quote it: '1')"),
+    "null-key.yaml": (5, "available_node_types.null", "the key null is not a string"),
+    "exp-boolean-key.yaml": (7, "train_loop_config.true", "YAML reads yes, no, on, off, true, false as booleans"),
+    "file-mount-null.yaml": (4, "file_mounts./remote/data", "expected a local path, got null"),
+    "ssh-user-unsafe.yaml": (4, "auth.ssh_user", "'ubuntu; touch /tmp/owned' is not a valid user name"),
+    "null-sections.yaml": (4, "available_node_types.head", "expected a mapping, got null"),
+    "provider-empty.yaml": (3, "provider", "expected a mapping, got null"),
+    "booleans-for-strings.yaml": (3, "auth.ssh_user", "expected a string, got boolean true"),
+    "exp-as-cluster.yaml": (1, "", "this is an experiment file, not a cluster file"),
+}
+
+
+def test_every_bad_file_has_a_case():
+    assert sorted(p.name for p in BAD.iterdir()) == sorted(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_file_gives_a_clear_error(name, capsys):
+    line, field, words = CASES[name]
+    path = BAD / name
+    assert main(["validate", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    location = f"{path}:{line}" if line else str(path)
+    errors = [line for line in err.splitlines() if line.startswith("ERROR")]
+    expected = f"{location}:" if not field else f"{location}"
+    matching = [line for line in errors
+                if expected in line and words in line and (not field or f" {field}: " in line)]
+    assert matching, f"no error line with {location!r}, {field!r} and {words!r} in:\n{err}"
+
+
+def test_all_errors_in_a_file_are_reported_in_one_run(tmp_path, capsys):
+    bad = tmp_path / "many.yaml"
+    bad.write_text("cluster_name: many\nmax_worker: 1\nprovider: {type: aws, region: 5}\n"
+                   "idle_timeout_minutes: soon\n")
+    assert main(["validate", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "max_worker" in err and "provider.region" in err and "idle_timeout_minutes" in err
+
+
+def test_errors_from_several_files_in_one_run(capsys):
+    files = [str(BAD / "unknown-key.yaml"), str(BAD / "wrong-type.yaml")]
+    assert main(["validate", *files]) == 1
+    err = capsys.readouterr().err
+    assert "unknown-key.yaml:2" in err and "wrong-type.yaml:2" in err
+    assert "2 file(s) checked, 2 invalid" in err
+
+
+def test_json_report_names_file_line_and_field(capsys):
+    import json
+
+    assert main(["validate", "--format", "json", str(BAD / "unknown-key.yaml")]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] is False
+    (result,) = report["files"]
+    (error,) = result["errors"]
+    assert error["line"] == 2 and error["field"] == "max_worker"
+    assert error["hint"] == "did you mean 'max_workers'?"
+
+
+def test_missing_path_is_an_error(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == 1
+    assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_render_of_a_bad_file_exits_1_without_output(capsys):
+    assert main(["render", str(BAD / "wrong-type.yaml")]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "max_workers" in err
+
+
+def test_misspelt_provider_key_is_a_warning_not_an_error(tmp_path, capsys):
+    path = tmp_path / "typo.yaml"
+    path.write_text("cluster_name: typo\nprovider:\n  type: aws\n  region: us-west-2\n"
+                    "  availablity_zone: us-west-2a\n")
+    assert main(["validate", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert (f"WARNING {path}:5: provider.availablity_zone: 'availablity_zone' is not a key Ray "
+            "reads; it is ignored (did you mean 'availability_zone'?)") in err
+
+
+def test_cluster_commands_refuse_an_experiment_file(capsys):
+    """`up`, `check` and `status` given an experiment say so, rather than list schema errors."""
+    experiment = str(REPO / "experiments" / "quickstart.yaml")
+    for args in (["up", experiment, "-y"], ["check", experiment], ["status", experiment]):
+        assert main(args) == 1, args
+        err = capsys.readouterr().err
+        assert "this is an experiment file, not a cluster file" in err and "Traceback" not in err
+        assert "missing required key" not in err

@@ -1,0 +1,100 @@
+"""The CLI as users and pipelines meet it: exit codes, speed-critical imports, packaging."""
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.language.schema import load_schema
+from orchestrator.providers import PROVIDERS
+
+REPO = Path(__file__).resolve().parents[2]
+HEAVY = ("ray", "torch", "boto3", "botocore", "google", "azure", "xgboost", "pandas", "pyarrow")
+
+
+def test_every_example_validates(capsys):
+    assert main(["validate", str(REPO / "cluster_configs"), str(REPO / "experiments")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ok ") >= 10
+
+
+def test_validate_and_render_import_nothing_heavy():
+    code = (
+        "import sys\n"
+        "from orchestrator.cli import main\n"
+        "for args in (['validate', 'cluster_configs', 'experiments'],\n"
+        "             ['render', 'cluster_configs/aws-gpu.yaml'],\n"
+        "             ['render', 'experiments/quickstart.yaml']):\n"
+        "    assert main(args) == 0, args\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
+        "print('HEAVY=' + ','.join(heavy), file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY=\n" in result.stderr, result.stderr
+
+
+def test_schemas_are_generated_from_ray_and_the_registry():
+    pytest.importorskip("ray")
+    result = subprocess.run([sys.executable, "scripts/build_schemas.py", "--check"], cwd=REPO,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    enum = load_schema("cluster")["properties"]["provider"]["properties"]["type"]["enum"]
+    assert enum == sorted(PROVIDERS)
+
+
+def test_unexpected_errors_become_exit_3_with_a_log(monkeypatch, capsys):
+    from orchestrator.commands import validate
+
+    def boom(path):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(validate, "validate_file", boom)
+    assert main(["validate", str(REPO / "cluster_configs/gcp.yaml")]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "a bug in orchestrate" in err
+    log = Path(err.split("details in ")[1].strip())
+    assert "simulated bug" in log.read_text()
+    log.unlink()
+
+
+def test_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["validate"])
+    assert exc.value.code == 2
+
+
+def test_wheel_ships_the_schemas_and_works_installed(tmp_path):
+    """A non-editable install must find the schemas inside the package."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path / "dist"), str(REPO)], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("orchestrate-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "orchestrator/schemas/cluster.schema.json" in names
+    assert "orchestrator/schemas/experiment.schema.json" in names
+    target = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(target)
+    result = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "validate", "--format", "json",
+         str(REPO / "cluster_configs/gcp.yaml")],
+        cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["valid"] is True
+    code = "import orchestrator.language.schema as s; print(s.schema_dir())"
+    where = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                           text=True, env={"PYTHONPATH": str(target)}).stdout.strip()
+    assert where.startswith(str(target))
+
+
+@pytest.mark.parametrize("args", [["up", "c.yaml", "--timeout", "nan"],
+                                  ["up", "c.yaml", "--wait-timeout", "0"],
+                                  ["down", "--timeout", "-1"], ["down", "--timeout", "soon"]])
+def test_time_limits_must_be_positive_seconds(args, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+    assert "expected a number of seconds above 0" in capsys.readouterr().err

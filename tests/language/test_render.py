@@ -1,0 +1,112 @@
+"""Renderers against golden files, and rendered clusters against Ray's own config checks.
+
+Golden files live in tests/language/golden/, one per example file; a behaviour change shows as a
+diff of a golden file. Regenerate after an intended change with:
+    UPDATE_GOLDEN=1 python -m pytest tests/language/test_render.py
+"""
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parent / "golden"
+EXAMPLES = sorted(REPO.glob("cluster_configs/*.yaml")) + sorted(REPO.glob("experiments/*.yaml"))
+CLUSTERS = sorted(REPO.glob("cluster_configs/*.yaml"))
+FAKE_HOME = "/ORCHESTRATE_HOME"
+
+
+def render(path: Path, capsys, fmt: str = "text") -> str:
+    assert main(["render", str(path), "--format", fmt]) == 0
+    out, err = capsys.readouterr()
+    return out
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_render_matches_golden(example, capsys, monkeypatch):
+    monkeypatch.setenv("ORCHESTRATE_HOME", FAKE_HOME)
+    out = render(example, capsys).replace(str(REPO), "<repo>")
+    golden = GOLDEN / f"{example.parent.name}__{example.name}"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(out)
+    assert golden.exists(), f"no golden file {golden}; run with UPDATE_GOLDEN=1"
+    assert out == golden.read_text()
+
+
+def test_every_golden_file_has_an_example():
+    expected = {f"{p.parent.name}__{p.name}" for p in EXAMPLES}
+    assert {p.name for p in GOLDEN.iterdir()} == expected
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS, ids=lambda p: p.name)
+def test_rendered_cluster_passes_rays_own_checks(cluster, capsys):
+    pytest.importorskip("ray")
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    config = json.loads(render(cluster, capsys, "json"))
+    validate_config(prepare_config(config))  # raises on anything Ray would refuse
+    assert config["cluster_name"] == yaml.safe_load(cluster.read_text())["cluster_name"]
+
+
+def config_name(cluster) -> str:
+    return yaml.safe_load(cluster.read_text())["cluster_name"]
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS, ids=lambda p: p.name)
+def test_rendered_cluster_runs_with_token_auth_and_no_secret(cluster, capsys):
+    from orchestrator.state import State, cluster_key
+
+    token_path = State.here().secrets.path(cluster_key(config_name(cluster)))
+    config = yaml.safe_load(render(cluster, capsys))
+    starts = [c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+              if "ray start" in c]
+    assert len(starts) >= 2  # the head's and the workers': none may escape the check below
+    assert all("RAY_AUTH_MODE=token" in c and "--disable-usage-stats" in c for c in starts)
+    name = config["cluster_name"]
+    assert token_path.name == name
+    assert config["file_mounts"]["~/.ray/auth_token"] == str(token_path)
+    assert not token_path.exists()  # rendering never creates or reads the token
+
+
+def test_render_never_shows_an_existing_token(capsys):
+    from orchestrator.state import State, cluster_key
+
+    cluster = REPO / "cluster_configs/aws-gpu.yaml"
+    token = State.here().secrets.ensure(cluster_key(config_name(cluster))).read_text()
+    for fmt in ("text", "json"):
+        assert token not in render(cluster, capsys, fmt)
+
+
+def test_cloud_dashboard_binds_to_loopback(capsys):
+    config = yaml.safe_load(render(REPO / "cluster_configs/aws-gpu.yaml", capsys))
+    (head,) = [c for c in config["head_start_ray_commands"] if "ray start" in c]
+    assert "--dashboard-host=127.0.0.1" in head and "0.0.0.0" not in head
+
+
+def test_render_experiment_shows_the_job(capsys):
+    plan = json.loads(render(REPO / "experiments/quickstart.yaml", capsys, "json"))
+    assert plan["entrypoint"] == "python -m orchestrator.workload"
+    assert plan["runtime_env"]["working_dir"] == str(REPO / "experiments")
+    assert plan["config"]["datasets"]["train"]["path"] == "data/breast_cancer_train.csv"
+    assert plan["config"]["scaling_config"]["num_workers"] == 2
+    assert plan["submission_id"].startswith("orchestrate-quickstart-")
+
+
+def test_submission_id_follows_the_content(tmp_path, capsys):
+    source = (REPO / "experiments/custom-loop.yaml").read_text()
+    (tmp_path / "custom_loop").mkdir()
+    loop = tmp_path / "custom_loop" / "train.py"
+    loop.write_text("def train_loop_per_worker(config):\n    pass\n")
+    exp = tmp_path / "e.yaml"
+    exp.write_text(source)
+    first = json.loads(render(exp, capsys, "json"))["submission_id"]
+    assert json.loads(render(exp, capsys, "json"))["submission_id"] == first
+    loop.write_text("def train_loop_per_worker(config):\n    return 1\n")
+    second = json.loads(render(exp, capsys, "json"))["submission_id"]
+    exp.write_text(source.replace("epochs: 20", "epochs: 21"))
+    third = json.loads(render(exp, capsys, "json"))["submission_id"]
+    assert len({first, second, third}) == 3

@@ -1,0 +1,110 @@
+"""Local-provider preflight against a real sshd of the test's own on loopback addresses."""
+from __future__ import annotations
+
+import getpass
+import os
+import random
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+from orchestrator.providers import FAIL, OK, check_cluster
+from tests.processes import stop
+
+from .conftest import by_name, only
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def _keygen(path):
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+@pytest.fixture
+def sshd(tmp_path):
+    """sshd on port 22 of two fresh 127.x addresses, accepting one generated key for this user."""
+    if not (os.geteuid() == 0 and os.path.exists(SSHD) and shutil.which("ssh-keygen")
+            and shutil.which("ssh")):
+        if os.environ.get("CI"):  # scripts/setup.sh installs openssh and CI runs as root
+            pytest.fail("CI must run the local preflight tests: needs root and openssh-server")
+        pytest.skip("needs root (sshd binds port 22) and openssh-server/openssh-client")
+    prefix = f"127.{random.randint(100, 250)}.{random.randint(1, 250)}"
+    hosts = [f"{prefix}.1", f"{prefix}.2"]
+    host_key = _keygen(tmp_path / "host_key")
+    client_key = _keygen(tmp_path / "client_key")
+    (tmp_path / "authorized_keys").write_text((tmp_path / "client_key.pub").read_text())
+    config = tmp_path / "sshd_config"
+    config.write_text("\n".join([
+        *[f"ListenAddress {host}:22" for host in hosts],
+        f"HostKey {host_key}", f"PidFile {tmp_path / 'sshd.pid'}",
+        f"AuthorizedKeysFile {tmp_path / 'authorized_keys'}",
+        "StrictModes no", "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+        "PermitRootLogin prohibit-password", "",
+    ]))
+    os.makedirs("/run/sshd", exist_ok=True)
+    log_path = tmp_path / "sshd.log"  # a file, not a pipe nobody reads while sshd runs
+    with open(log_path, "w") as log:
+        process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=log)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection((hosts[1], 22), timeout=1).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"sshd did not start: {log_path.read_text()[-300:]}")
+                time.sleep(0.1)
+        yield {"hosts": hosts, "key": client_key, "unused": f"{prefix}.9"}
+    finally:
+        stop(process)
+
+
+def local_yaml(head, workers, key, user=None):
+    return f"""
+    cluster_name: preflight-local
+    provider:
+      type: local
+      head_ip: {head}
+      worker_ips: [{", ".join(workers)}]
+    auth:
+      ssh_user: {user or getpass.getuser()}
+      ssh_private_key: {key}
+    min_workers: {len(workers)}
+    max_workers: {len(workers)}
+    """
+
+
+def test_every_host_answers(sshd, cluster):
+    head, worker = sshd["hosts"]
+    results = check_cluster(cluster(local_yaml(head, [worker], sshd["key"])))
+    assert [(r.status, r.field) for r in results] == [
+        (OK, "provider.head_ip"), (OK, "provider.worker_ips.0")]
+    assert f"@{head} answers on SSH" in results[0].detail
+
+
+def test_a_host_that_does_not_answer_is_named_with_its_line(sshd, cluster):
+    head, _ = sshd["hosts"]
+    spec = cluster(local_yaml(head, [sshd["unused"]], sshd["key"]))
+    results = by_name(check_cluster(spec), "ssh")
+    assert [r.status for r in results] == [OK, FAIL]
+    assert sshd["unused"] in results[1].detail and "Connection refused" in results[1].detail
+    assert results[1].field == "provider.worker_ips.0" and results[1].line == 5
+
+
+def test_a_key_the_hosts_do_not_accept(sshd, cluster, tmp_path):
+    other = _keygen(tmp_path / "other_key")
+    results = by_name(check_cluster(cluster(local_yaml(*sshd["hosts"][:1], [], other))), "ssh")
+    assert [r.status for r in results] == [FAIL]
+    assert "Permission denied" in results[0].detail
+    assert "authorized_keys" in results[0].hint
+
+
+def test_missing_key_file_fails_before_any_connection(cluster, tmp_path):
+    spec = cluster(local_yaml("127.0.0.1", [], tmp_path / "no-such-key"))
+    result = only(check_cluster(spec), "ssh key")
+    assert result.status == FAIL and result.field == "auth.ssh_private_key" and result.line == 8

@@ -1,0 +1,123 @@
+"""The folder StateStore and the file SecretStore: private, atomic, and clear when damaged."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ClusterError
+from orchestrator.state import LAUNCHING, ClusterRecord, State, cluster_key
+from orchestrator.state.folder import is_valid_name
+from orchestrator.util.files import atomic_write
+
+
+def test_token_is_private_stable_and_apart_from_state(state):
+    path = state.secrets.ensure(cluster_key("c1"))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    token = path.read_text()
+    assert len(token) == 64 and state.secrets.ensure(cluster_key("c1")).read_text() == token
+    assert state.secrets.read(cluster_key("c1")) == token
+    state.store.write_cluster(ClusterRecord(name="c1", provider="local", file="/x.yaml",
+                                            config_hash="h"))
+    cluster_folder = state.store.cluster_dir("c1")
+    assert not any(token in p.read_text() for p in cluster_folder.rglob("*") if p.is_file())
+    assert cluster_folder not in path.parents  # state can be copied without the token
+
+
+def test_records_round_trip_and_list(state):
+    for name in ("b", "a"):
+        state.store.write_cluster(ClusterRecord(name=name, provider="local", file="/x.yaml",
+                                                config_hash="h"))
+    assert [r.name for r in state.store.list_clusters()] == ["a", "b"]
+    record = state.store.read_cluster("a")
+    assert record.state == LAUNCHING and record.version
+    state.store.forget_cluster("a")
+    assert state.store.read_cluster("a") is None
+
+
+def test_invalid_names_are_refused(state):
+    for name in ("../etc", "c1\n"):
+        assert not is_valid_name(name)
+        with pytest.raises(ClusterError):
+            state.store.cluster_dir(name)
+    with pytest.raises(ClusterError):
+        state.secrets.path("../../etc/passwd")
+
+
+def _hold_lock(name, home, ready, release):
+    os.environ["ORCHESTRATE_HOME"] = home
+    with State.here().store.lock(name, action="up"):
+        ready.set()
+        release.wait(30)
+
+
+def test_lock_refuses_a_second_holder_and_names_it(state):
+    ctx = multiprocessing.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_lock,
+                         args=("busy", os.environ["ORCHESTRATE_HOME"], ready, release))
+    holder.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(ClusterError, match=rf"busy.*\(up, pid {holder.pid} on "), \
+                state.store.lock("busy", action="down"):
+            pass
+    finally:
+        release.set()
+        holder.join(30)
+    with state.store.lock("busy", action="down"):
+        pass  # free again once the holder has gone
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path, monkeypatch):
+    target = tmp_path / "f.json"
+    atomic_write(target, "old")
+
+    def boom(*_):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(OSError):
+        atomic_write(target, "new")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_an_unreadable_or_empty_token_is_an_error_that_does_not_show_it(state):
+    path = state.secrets.ensure(cluster_key("tok"))
+    secret = path.read_text()
+    path.write_text("")
+    with pytest.raises(ClusterError, match="is empty"):
+        state.secrets.read(cluster_key("tok"))
+    path.write_bytes(b"\xff" + secret.encode())
+    with pytest.raises(ClusterError) as raised:
+        state.secrets.read(cluster_key("tok"))
+    assert secret not in raised.value.message and "unreadable" in raised.value.message
+
+
+def test_state_folders_are_private_and_a_broken_home_is_a_clear_error(tmp_path, monkeypatch,
+                                                                        state):
+    folder = state.store.workspace("p")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(folder.parent.stat().st_mode) == 0o700
+    home = tmp_path / "home-is-a-file"
+    home.write_text("")
+    monkeypatch.setenv("ORCHESTRATE_HOME", str(home))
+    for action in (lambda s: s.store.lock("p", action="up").__enter__(),
+                   lambda s: s.secrets.ensure(cluster_key("p"))):
+        with pytest.raises(ClusterError, match="cannot create the s"):
+            action(State.here())
+
+
+def test_jobs_and_runs_are_recorded_and_damaged_entries_read_as_none(state):
+    state.store.record_job("j/1", cluster="c", experiment="/e.yaml", name="run")
+    assert state.store.job("j/1")["cluster"] == "c"
+    state.store.record_run("run", {"status": "SUCCEEDED"}, "j/1")
+    assert state.store.run("run") == {"status": "SUCCEEDED", "job_id": "j/1"}
+    entry = Path(os.environ["ORCHESTRATE_HOME"]) / "runs" / "run.json"
+    entry.write_text("{broken")
+    assert state.store.run("run") is None and state.store.run("never") is None

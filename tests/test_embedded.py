@@ -1,0 +1,84 @@
+"""The embedded local Ray: private temp dir and ports, shared by concurrent runs, stopped by the
+last one, and nothing left behind."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator import embedded as local
+from orchestrator.state import State
+from tests.helpers import jobs_client
+
+pytestmark = pytest.mark.ray
+
+
+def secrets():
+    return State.here().secrets
+
+
+def ray_processes(temp_dir: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if temp_dir.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_started_reused_and_stopped_by_the_last_user():
+    with local.session(secrets()) as (ray, started):
+        assert started and ray.address.startswith("http://127.0.0.1:")
+        assert len(ray.temp_dir) < 30  # unix socket paths under it stay short
+        assert ray_processes(ray.temp_dir)
+        with local.session(secrets()) as (again, started_again):  # a second run reuses it
+            assert again.pid == ray.pid and not started_again
+        assert local.current(secrets()) is not None  # the first user is still running
+    assert local.current(secrets()) is None
+    assert ray_processes(ray.temp_dir) == []
+    assert not os.path.exists(ray.temp_dir)
+
+
+def test_kept_for_a_detached_job_until_shutdown():
+    try:
+        with local.session(secrets(), keep=True) as (ray, _):
+            pass
+        assert local.current(secrets()) is not None and local.current(secrets()).pid == ray.pid
+    finally:
+        assert local.shutdown(secrets())
+    assert ray_processes(ray.temp_dir) == []
+    assert not local.shutdown(secrets())
+
+
+def http_status(url: str, token: str | None = None) -> int:
+    import urllib.error
+    import urllib.request
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_token_auth_refuses_requests_without_the_token():
+    with local.session(secrets()) as (ray, _):
+        token = secrets().read(local.TOKEN_KEY)
+        path = secrets().path(local.TOKEN_KEY)
+        assert token and path.parent.parent == Path(os.environ["ORCHESTRATE_HOME"])
+        assert path.stat().st_mode & 0o777 == 0o600
+        record = Path(os.environ["ORCHESTRATE_HOME"]) / "local-ray" / "record.json"
+        assert token not in record.read_text()
+        for api in ("/api/jobs/", "/api/version", "/api/v0/nodes"):
+            assert http_status(ray.address + api) == 401
+            assert http_status(ray.address + api, "wrong") == 403
+        assert http_status(ray.address + "/api/jobs/", token) == 200
+        assert jobs_client(ray).list() == []  # our client sends it
+    assert not path.exists()  # gone with its instance
+    with local.session(secrets()) as (again, _):  # the next instance has a new token
+        assert again.pid != ray.pid and secrets().read(local.TOKEN_KEY) != token

@@ -1,0 +1,152 @@
+"""`orchestrate run` end to end on the embedded local Ray, 2 workers, small synthetic data."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+
+from .conftest import TINY_VIT
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+TWO_WORKERS = {"num_workers": 2}
+IMAGES = {"train": {"format": "parquet", "path": "data/images/train"},
+          "valid": {"format": "parquet", "path": "data/images/valid"}}
+TABLE = {"train": {"format": "csv", "path": "data/breast_cancer.csv"},
+         "valid": {"format": "csv", "path": "data/breast_cancer.csv"}}
+
+
+def run_json(capsys, path: Path, *extra: str) -> tuple[int, dict, str]:
+    code = main(["run", str(path), "--quiet", "--format", "json", *extra])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 and out.strip() else {}), err
+
+
+def assert_results_written(summary: dict, metrics=("loss", "accuracy")) -> None:
+    assert summary["status"] == "SUCCEEDED"
+    for metric in metrics:
+        assert metric in summary["metrics"]
+    assert Path(summary["history_csv"]).read_text().count("\n") >= 2  # header + a row
+    assert Path(summary["plot"]).read_bytes().startswith(b"\x89PNG")
+    assert Path(summary["best_checkpoint"]).is_dir()
+
+
+def test_vit_over_ray_data(local_ray, experiment, capsys):
+    path = experiment("vit-ray-data", trainer="torch", model=TINY_VIT, datasets=IMAGES,
+                      train_loop_config={"epochs": 2, "batch_size_per_worker": 32},
+                      scaling_config=TWO_WORKERS,
+                      run_config={"checkpoint_config": {"num_to_keep": 1,
+                                                        "checkpoint_score_attribute": "accuracy",
+                                                        "checkpoint_score_order": "max"}})
+    code, summary, err = run_json(capsys, path)
+    assert code == 0, err
+    assert_results_written(summary)
+    assert "» epoch 1" in err and "» epoch 2" in err  # per-epoch progress while following
+    assert (Path(summary["best_checkpoint"]) / "model.pt").is_file()
+    # `orchestrate results RUN` finds the same results afterwards
+    assert main(["results", "vit-ray-data", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["best_checkpoint"] == summary["best_checkpoint"]
+
+
+def test_vit_over_dataloader(local_ray, experiment, capsys):
+    path = experiment("vit-dataloader", trainer="torch", model=TINY_VIT, datasets=IMAGES,
+                      data_loader="torch", scaling_config=TWO_WORKERS,
+                      train_loop_config={"epochs": 1, "batch_size_per_worker": 32})
+    code, summary, err = run_json(capsys, path)
+    assert code == 0, err
+    assert_results_written(summary)
+
+
+def test_xgboost_csv_with_scaler(local_ray, experiment, capsys):
+    path = experiment("xgb", trainer="xgboost", datasets=TABLE, label_column="target",
+                      preprocessors=[{"type": "StandardScaler",
+                                      "columns": ["mean radius", "mean texture"]}],
+                      params={"objective": "binary:logistic", "eval_metric": ["logloss", "error"]},
+                      num_boost_round=5, scaling_config=TWO_WORKERS)
+    code, summary, err = run_json(capsys, path)
+    assert code == 0, err
+    assert_results_written(summary, metrics=("train-logloss", "valid-error"))
+    assert summary["metrics"]["valid-error"] < 0.2
+
+
+def test_tune_grid_two_trials(local_ray, experiment, capsys):
+    path = experiment("tune-grid", trainer="torch",
+                      model={"name": "mlp", "hidden_dims": [16], "num_classes": 2},
+                      datasets=TABLE, label_column="target",
+                      preprocessors=[{"type": "StandardScaler"}], scaling_config=TWO_WORKERS,
+                      train_loop_config={"epochs": 1, "batch_size_per_worker": 64},
+                      tune={"param_space": {"train_loop_config": {"lr": {"grid_search": [0.001, 0.01]}}},
+                            "tune_config": {"metric": "accuracy", "mode": "max"}})
+    code, summary, err = run_json(capsys, path)
+    assert code == 0, err
+    assert len(summary["trials"]) == 2
+    assert summary["best_config"]["train_loop_config"]["lr"] in (0.001, 0.01)
+    assert_results_written(summary)
+
+
+LOOP = '''
+import ray.train, torch
+
+def train(config):
+    model = ray.train.torch.prepare_model(torch.nn.Linear(1, 1))
+    for epoch in range(config["epochs"]):
+        if config.get("fail"):
+            raise ValueError("boom in the user's loop")
+        ray.train.report({"epoch": epoch, "loss": 1.0 / (epoch + 1), "seen": config["marker"]})
+'''
+
+
+def user_loop(experiment, tmp_path: Path, name: str, **loop_config) -> Path:
+    (tmp_path / "code").mkdir(exist_ok=True)
+    (tmp_path / "code" / "myloop.py").write_text(LOOP)
+    return experiment(name, trainer="torch", working_dir="code", train_loop="myloop:train",
+                      train_loop_config={"epochs": 2, "marker": 7, **loop_config},
+                      scaling_config=TWO_WORKERS)
+
+
+def test_user_loop_and_no_duplicate(local_ray, experiment, tmp_path, capsys):
+    path = user_loop(experiment, tmp_path, "own-loop")
+    code, summary, err = run_json(capsys, path)
+    assert code == 0, err
+    assert summary["metrics"]["seen"] == 7  # train_loop_config reached the user's function
+    assert [row["epoch"] for row in json.loads(Path(summary["history"]).read_text())] == [0, 1]
+
+    code, _, err = run_json(capsys, path)  # unchanged: the same job, not a second one
+    assert code == 0 and "already exists" in err
+    assert main(["jobs", "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 1
+
+    code, _, err = run_json(capsys, path, "--force")
+    assert code == 0, err
+    assert main(["jobs", "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 2
+
+
+def test_failing_user_loop(local_ray, experiment, tmp_path, capsys):
+    code, _, err = run_json(capsys, user_loop(experiment, tmp_path, "bad-loop", fail=True))
+    assert code == 1
+    assert "boom in the user's loop" in err  # from the job's last log lines
+    assert "last lines of the job's log" in err
+
+
+def test_bad_dataset_path(local_ray, experiment, capsys):
+    path = experiment("bad-path", trainer="xgboost", label_column="target",
+                      datasets={"train": {"format": "csv", "path": "file:///nonexistent/x.csv"}},
+                      params={"objective": "binary:logistic"}, num_boost_round=2,
+                      scaling_config=TWO_WORKERS)
+    code, _, err = run_json(capsys, path)
+    assert code == 1
+    assert "nonexistent" in err
+
+
+def test_detach_then_stop(local_ray, experiment, tmp_path, capsys):
+    path = user_loop(experiment, tmp_path, "long-loop", epochs=100000)
+    assert main(["run", str(path), "--detach"]) == 0
+    job_id = capsys.readouterr().out.strip()
+    assert main(["stop", job_id]) == 0
+    from tests.helpers import jobs_client
+
+    assert jobs_client(local_ray)._wait(job_id) == "STOPPED"

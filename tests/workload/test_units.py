@@ -1,0 +1,70 @@
+"""Workload pieces that need no Ray cluster: models, search spaces, results files, checkpoints."""
+from __future__ import annotations
+
+import json
+
+from orchestrator.contract import RESULT_MARK
+from orchestrator.workload import models, results
+from orchestrator.workload.train import configs, tune_job
+
+
+def test_vit_matches_torchvision_arguments_and_names():
+    import torch
+
+    vit = models.build_model({"name": "vit", "args": {
+        "image_size": 32, "patch_size": 4, "num_layers": 2, "num_heads": 2, "hidden_dim": 16,
+        "mlp_dim": 32, "num_classes": 10}})
+    assert vit(torch.zeros(3, 3, 32, 32)).shape == (3, 10)
+    names = set(vit.state_dict())
+    for name in ("conv_proj.weight", "class_token", "encoder.pos_embedding",
+                 "encoder.layers.encoder_layer_1.self_attention.in_proj_weight",
+                 "encoder.layers.encoder_layer_0.mlp.3.weight", "encoder.ln.weight",
+                 "heads.head.weight"):
+        assert name in names
+    assert vit.encoder.pos_embedding.shape == (1, 65, 16)
+
+
+def test_mlp_and_cnn():
+    import torch
+
+    mlp = models.build_model({"name": "mlp", "args": {"hidden_dims": [8, 4], "num_classes": 3}}, 5)
+    assert mlp(torch.zeros(2, 5)).shape == (2, 3)
+    cnn = models.build_model({"name": "cnn", "args": {"width": 4}})
+    assert cnn(torch.zeros(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_search_space_and_merge():
+    space = tune_job.search_space({"train_loop_config": {"lr": {"grid_search": [0.1, 0.01]},
+                                                         "epochs": 3},
+                                   "params": {"max_depth": {"randint": [1, 9]}}})
+    assert space["train_loop_config"]["lr"] == {"grid_search": [0.1, 0.01]}
+    assert space["train_loop_config"]["epochs"] == 3
+    assert type(space["params"]["max_depth"]).__name__ == "Integer"
+    merged = tune_job.merge({"train_loop_config": {"lr": 1, "epochs": 2}, "name": "x"},
+                            {"train_loop_config": {"lr": 0.5}})
+    assert merged == {"train_loop_config": {"lr": 0.5, "epochs": 2}, "name": "x"}
+
+
+def test_finish_writes_history_plot_summary(tmp_path, capsys):
+    history = [{"epoch": 1, "loss": 1.0, "accuracy": 0.5, "checkpoint": str(tmp_path / "c1")},
+               {"epoch": 2, "loss": 0.5, "accuracy": 0.7, "checkpoint": str(tmp_path / "c2")}]
+    summary = results.finish(str(tmp_path / "run"), {"name": "run", "status": "SUCCEEDED"}, history)
+    folder = tmp_path / "run" / "orchestrate"
+    assert (folder / "metrics.csv").read_text().splitlines()[0] == "epoch,loss,accuracy,checkpoint"
+    assert (folder / "metrics.png").read_bytes().startswith(b"\x89PNG")
+    assert json.loads((folder / "summary.json").read_text())["plot"] == summary["plot"]
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith(RESULT_MARK)
+
+
+def test_best_checkpoint_follows_the_score_and_ray_tie_rule(tmp_path):
+    rows = []
+    for epoch, accuracy in enumerate([0.5, 0.9, 0.9, 0.7]):
+        (tmp_path / f"c{epoch}").mkdir()
+        rows.append({"epoch": epoch, "accuracy": accuracy, "checkpoint": str(tmp_path / f"c{epoch}")})
+    by_accuracy = {"run_config": {"checkpoint_config": {"checkpoint_score_attribute": "accuracy",
+                                                        "checkpoint_score_order": "max"}}}
+    assert configs.best_from_history(rows, by_accuracy).endswith("c2")
+    assert configs.best_from_history(rows, {}).endswith("c3")  # no score: the latest
+    (tmp_path / "c2").rmdir()  # deleted by num_to_keep: not reported
+    assert configs.best_from_history(rows, by_accuracy).endswith("c1")
