@@ -39,8 +39,11 @@ def answers(address: str, token: str | None = None, path: str = "/api/version", 
             timeout: float = 2) -> bool:
     """Whether something answers HTTP there; without a token a 401/403 still counts (the
     dashboard is up, it just wants the token); with one, only a success counts."""
+    request = urllib.request.Request(address.rstrip("/") + path, headers=bearer(token))
     try:
-        get_json(address, path, token, timeout=timeout)
-    except HttpError as exc:
-        return exc.status is not None and not token
+        urllib.request.urlopen(request, timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return not token
+    except OSError:
+        return False
     return True
