@@ -37,10 +37,14 @@ class DatasetSection(TypedDict, total=False):
     read_options: dict[str, Any]
 
 
-class ScalingSection(TypedDict):
+class _ScalingRequired(TypedDict):
     num_workers: int
     use_gpu: bool
     resources_per_worker: dict[str, float] | None
+
+
+class ScalingSection(_ScalingRequired, total=False):
+    placement_strategy: str         # PACK (Ray's default) | SPREAD | STRICT_PACK | STRICT_SPREAD
 
 
 class RunSection(TypedDict, total=False):

@@ -14,6 +14,7 @@ into output and exit codes (1 for these, 130 for Ctrl-C, 3 for a bug). Library e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class Problem:
             text += f" ({self.hint})"
         return text
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "file": self.file,
             "line": self.line,

@@ -1,13 +1,14 @@
 """Terminal and machine-readable output shared by the commands."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 
-def add_format_argument(parser) -> None:
+def add_format_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", choices=("text", "json"), default="text",
         help="output format: text for people, json for scripts (default: text)",
@@ -16,7 +17,6 @@ def add_format_argument(parser) -> None:
 
 def seconds(text: str) -> float:
     """argparse type of a time limit: a finite number of seconds above 0."""
-    import argparse
     import math
 
     try:

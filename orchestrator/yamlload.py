@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.constructor import SafeConstructor
 
 from .errors import Problem, SpecError
 
@@ -25,7 +26,7 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-Path_ = tuple  # a field path: ("available_node_types", "gpu", "max_workers") or with ints
+FieldPath = tuple[str | int, ...]  # ("available_node_types", "gpu", "max_workers"), or with ints
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,10 @@ class Document:
     """A parsed YAML mapping plus where each of its fields was written."""
 
     file: str
-    data: dict
-    lines: dict  # field path (tuple) -> (line, column), 1-based
+    data: dict[str, Any]
+    lines: dict[FieldPath, tuple[int, int]]  # field path -> (line, column), 1-based
 
-    def line_of(self, path: tuple) -> int | None:
+    def line_of(self, path: FieldPath) -> int | None:
         """Line of the field, or of its nearest written parent (a missing key's mapping)."""
         path = tuple(path)
         while True:
@@ -46,12 +47,12 @@ class Document:
                 return None
             path = path[:-1]
 
-    def problem(self, path: tuple, message: str, hint: str | None = None) -> Problem:
+    def problem(self, path: FieldPath, message: str, hint: str | None = None) -> Problem:
         line = self.line_of(path)
         return Problem(file=self.file, line=line, field=format_path(path), message=message, hint=hint)
 
 
-def format_path(path: tuple) -> str:
+def format_path(path: FieldPath) -> str:
     text = ""
     for part in path:
         if isinstance(part, int):
@@ -62,17 +63,17 @@ def format_path(path: tuple) -> str:
 
 
 class _Builder:
-    def __init__(self, file: str, loader) -> None:
+    def __init__(self, file: str, loader: SafeConstructor) -> None:
         self.file = file
         self.loader = loader
-        self.lines: dict = {}
+        self.lines: dict[FieldPath, tuple[int, int]] = {}
         self.count = 0
 
-    def fail(self, node, message: str, path: tuple = ()) -> SpecError:
+    def fail(self, node: yaml.Node, message: str, path: FieldPath = ()) -> SpecError:
         mark = node.start_mark
         return SpecError([Problem(self.file, message, mark.line + 1, mark.column + 1, format_path(path))])
 
-    def build(self, node, path: tuple) -> Any:
+    def build(self, node: yaml.Node, path: FieldPath) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
             raise self.fail(
@@ -95,9 +96,9 @@ class _Builder:
         except yaml.YAMLError as exc:
             raise self.fail(node, f"unsupported value: {getattr(exc, 'problem', exc)}", path) from None
 
-    def build_mapping(self, node, path: tuple) -> dict:
-        result: dict = {}
-        merged: dict = {}
+    def build_mapping(self, node: yaml.MappingNode, path: FieldPath) -> dict[Any, Any]:
+        result: dict[Any, Any] = {}
+        merged: dict[Any, Any] = {}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE_TAG:
                 sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
@@ -124,7 +125,7 @@ class _Builder:
         return result
 
 
-def _children(node) -> list:
+def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.SequenceNode):
         return list(node.value)
     if isinstance(node, yaml.MappingNode):
@@ -132,13 +133,13 @@ def _children(node) -> list:
     return []
 
 
-def _expanded_size(root) -> int:
+def _expanded_size(root: yaml.Node) -> int:
     """How many values the node graph expands to, counting shared (aliased) nodes every time.
 
     Memoised per node, so it costs the number of distinct nodes, not the expanded size.
     A cycle (a recursive alias) counts as too large.
     """
-    sizes: dict = {}
+    sizes: dict[int, int] = {}
     stack = [(root, False)]
     while stack:  # iterative post-order: no recursion limit on deep documents
         node, children_done = stack.pop()

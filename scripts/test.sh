@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run the whole test suite. Extra arguments go to pytest.
+# Set up (scripts/setup.sh), lint and type-check, then run the whole test suite. Extra arguments
+# go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+.venv/bin/ruff check orchestrator tests benchmarks scripts
+.venv/bin/mypy
 export AWS_EC2_METADATA_DISABLED=true NO_GCE_CHECK=true RAY_USAGE_STATS_ENABLED=0
 exec .venv/bin/python -m pytest -ra "$@"

@@ -17,6 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def find_summary(key: str) -> dict[str, Any]:
+    from ..contract import RESULTS_FOLDER
     from ..state import State
     from ..util.uris import is_uri
     from ..workload import results
@@ -28,7 +29,7 @@ def find_summary(key: str) -> dict[str, Any]:
         summary = store.run(job.get("name") or "")
     if summary is None and ("/" in key or is_uri(key)):
         uri = key if is_uri(key) else os.path.abspath(key)
-        data = results.read_bytes(results.join(uri, results.FOLDER, "summary.json"))
+        data = results.read_bytes(results.join(uri, RESULTS_FOLDER, "summary.json"))
         summary = json.loads(data) if data else None
     if summary is None:
         raise JobError(f"no results for {key!r}",

@@ -54,10 +54,12 @@ class JobsClient:
         return str(getattr(status, "value", status))
 
     def logs(self, job_id: str) -> str:
-        return self._call(self._client.get_job_logs, job_id)
+        text: str = self._call(self._client.get_job_logs, job_id)
+        return text
 
     def stop(self, job_id: str) -> bool:
-        return self._call(self._client.stop_job, job_id)
+        stopped: bool = self._call(self._client.stop_job, job_id)
+        return stopped
 
     def list(self) -> list[Any]:
         return self._call(self._client.list_jobs)

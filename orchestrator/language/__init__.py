@@ -7,12 +7,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Problem, SpecError
 from ..yamlload import load_file
 
+if TYPE_CHECKING:
+    from .cluster import ClusterSpec
+    from .experiment import ExperimentSpec
 
-def kind_of(data: dict) -> str | None:
+
+def kind_of(data: dict[str, Any]) -> str | None:
     from .cluster import is_cluster_document
     from .experiment import is_experiment_document
 
@@ -23,7 +28,7 @@ def kind_of(data: dict) -> str | None:
     return None
 
 
-def load_any(path: str | Path):
+def load_any(path: str | Path) -> ClusterSpec | ExperimentSpec:
     from .cluster import build_cluster
     from .experiment import build_experiment
 

@@ -9,11 +9,12 @@ import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from .. import providers
 from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
-from ..yamlload import Document, format_path, load_file
+from ..yamlload import Document, FieldPath, format_path, load_file
 from .schema import describe_value, schema_problems
 from .shorthand import expand_shorthand
 
@@ -31,12 +32,13 @@ class ClusterSpec:
     path: Path
     name: str
     provider: str
-    document: dict = field(repr=False)
+    document: dict[str, Any] = field(repr=False)
     source: Document = field(repr=False, compare=False)
-    origins: dict = field(default_factory=dict, repr=False, compare=False)
-    warnings: tuple = field(default=(), repr=False, compare=False)
+    # a path in `document` -> the path the user wrote it at (shorthand groups)
+    origins: dict[FieldPath, FieldPath] = field(default_factory=dict, repr=False, compare=False)
+    warnings: tuple[Problem, ...] = field(default=(), repr=False, compare=False)
 
-    def line_of(self, path: tuple) -> int | None:
+    def line_of(self, path: FieldPath) -> int | None:
         """The line in the user's file where a field of `document` came from."""
         path = tuple(path)
         for length in range(len(path), -1, -1):
@@ -45,11 +47,11 @@ class ClusterSpec:
                 return self.source.line_of(origin + path[length:])
         return self.source.line_of(path)
 
-    def problem(self, path: tuple, message: str, hint: str | None = None) -> Problem:
+    def problem(self, path: FieldPath, message: str, hint: str | None = None) -> Problem:
         return Problem(str(self.path), message, self.line_of(path), None, format_path(path), hint)
 
 
-def is_cluster_document(data: dict) -> bool:
+def is_cluster_document(data: dict[str, Any]) -> bool:
     return "provider" in data or "cluster_name" in data
 
 
@@ -75,7 +77,7 @@ def known_provider_keys() -> list[str]:
     return sorted(keys)
 
 
-def provider_typos(doc: Document, data: dict) -> list[Problem]:
+def provider_typos(doc: Document, data: dict[str, Any]) -> list[Problem]:
     from dataclasses import replace
 
     warnings = []
@@ -88,7 +90,7 @@ def provider_typos(doc: Document, data: dict) -> list[Problem]:
     return warnings
 
 
-def _provider_problems(doc: Document, data: dict) -> list[Problem]:
+def _provider_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
     """Fields Ray needs from this provider in practice, and the provider's own checks."""
     kind = data["provider"]["type"]
     provider = providers.get(kind)
@@ -97,8 +99,12 @@ def _provider_problems(doc: Document, data: dict) -> list[Problem]:
     return missing + provider.problems(doc, data)
 
 
-def _node_type_problems(spec_doc: dict, problem) -> list[Problem]:
-    problems = []
+class _ProblemAt(Protocol):
+    def __call__(self, path: FieldPath, message: str, hint: str | None = None) -> Problem: ...
+
+
+def _node_type_problems(spec_doc: dict[str, Any], problem: _ProblemAt) -> list[Problem]:
+    problems: list[Problem] = []
     types = spec_doc.get("available_node_types") or {}
     head = spec_doc.get("head_node_type")
     if types and head is None:
@@ -125,8 +131,8 @@ def _node_type_problems(spec_doc: dict, problem) -> list[Problem]:
     return problems
 
 
-def _file_mount_problems(doc: Document, data: dict, base: Path) -> list[Problem]:
-    problems = []
+def _file_mount_problems(doc: Document, data: dict[str, Any], base: Path) -> list[Problem]:
+    problems: list[Problem] = []
     for remote, local in (data.get("file_mounts") or {}).items():
         if not isinstance(local, str) or not local:
             problems.append(doc.problem(("file_mounts", remote),
@@ -140,7 +146,7 @@ def _file_mount_problems(doc: Document, data: dict, base: Path) -> list[Problem]
 _SSH_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
 
-def _auth_problems(doc: Document, data: dict) -> list[Problem]:
+def _auth_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
     user = (data.get("auth") or {}).get("ssh_user")
     if isinstance(user, str) and not _SSH_USER.fullmatch(user):
         return [doc.problem(("auth", "ssh_user"), f"'{user}' is not a valid user name",

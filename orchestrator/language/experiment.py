@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..contract import DOMAINS
 from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
 from ..util.uris import is_uri
-from ..yamlload import Document, load_file
+from ..yamlload import Document, FieldPath, load_file
 from .schema import schema_problems
+
+if TYPE_CHECKING:  # at run time, language.cluster is imported only where a cluster file is loaded
+    from .cluster import ClusterSpec
 
 MODEL_ARGS = {
     "vit": ("image_size", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
@@ -30,17 +34,17 @@ class ExperimentSpec:
     path: Path
     name: str
     trainer: str
-    document: dict = field(repr=False)
+    document: dict[str, Any] = field(repr=False)
     working_dir: Path
-    cluster: object = None  # ClusterSpec or None (the embedded local Ray)
-    source: Document = field(repr=False, compare=False, default=None)
+    cluster: ClusterSpec | None = None  # None: the embedded local Ray
+    source: Document | None = field(repr=False, compare=False, default=None)
 
 
-def is_experiment_document(data: dict) -> bool:
+def is_experiment_document(data: dict[str, Any]) -> bool:
     return "trainer" in data or "train_loop_config" in data or "datasets" in data
 
 
-def _model_problems(doc: Document, data: dict) -> list[Problem]:
+def _model_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
     model = data.get("model")
     if not model:
         return []
@@ -62,7 +66,7 @@ def _model_problems(doc: Document, data: dict) -> list[Problem]:
     return problems
 
 
-def _trainer_problems(doc: Document, data: dict) -> list[Problem]:
+def _trainer_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
     problems = []
     if data["trainer"] == "torch":
         if "model" in data and "train_loop" in data:
@@ -89,7 +93,7 @@ def _trainer_problems(doc: Document, data: dict) -> list[Problem]:
     return problems
 
 
-def _preprocessor_problems(doc: Document, data: dict) -> list[Problem]:
+def _preprocessor_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
     problems = []
     for i, pre in enumerate(data.get("preprocessors") or []):
         if pre["type"] in NEEDS_COLUMNS and not pre.get("columns"):
@@ -99,7 +103,7 @@ def _preprocessor_problems(doc: Document, data: dict) -> list[Problem]:
     return problems
 
 
-def _domain_problems(doc: Document, value, path: tuple) -> list[Problem]:
+def _domain_problems(doc: Document, value: Any, path: FieldPath) -> list[Problem]:
     if isinstance(value, list):
         return [p for i, item in enumerate(value) for p in _domain_problems(doc, item, path + (i,))]
     if not isinstance(value, dict):
@@ -129,7 +133,7 @@ def _domain_problems(doc: Document, value, path: tuple) -> list[Problem]:
     return []
 
 
-def _tune_problems(doc: Document, data: dict) -> list[Problem]:
+def _tune_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
     tune = data.get("tune")
     if not tune:
         return []
@@ -150,7 +154,7 @@ def _tune_problems(doc: Document, data: dict) -> list[Problem]:
     return problems
 
 
-def _path_problems(doc: Document, data: dict, base: Path, working_dir: Path) -> list[Problem]:
+def _path_problems(doc: Document, data: dict[str, Any], base: Path, working_dir: Path) -> list[Problem]:
     problems = []
     if not working_dir.is_dir():
         problems.append(doc.problem(("working_dir",), f"'{working_dir}' is not a directory"))
@@ -167,7 +171,7 @@ def _path_problems(doc: Document, data: dict, base: Path, working_dir: Path) -> 
     return problems
 
 
-def _cluster(doc: Document, data: dict, base: Path):
+def _cluster(doc: Document, data: dict[str, Any], base: Path) -> tuple[ClusterSpec | None, list[Problem]]:
     if "cluster" not in data:
         return None, []
     from .cluster import load_cluster

@@ -5,10 +5,14 @@ import json
 import re
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Problem
 from ..util.text import did_you_mean
-from ..yamlload import Document, format_path
+from ..yamlload import Document, FieldPath, format_path
+
+if TYPE_CHECKING:
+    from jsonschema import ValidationError
 
 _TYPE_NAMES = {
     "object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
@@ -25,13 +29,14 @@ def schema_dir() -> Path:
 
 
 @cache
-def load_schema(name: str) -> dict:
+def load_schema(name: str) -> dict[str, Any]:
     with open(schema_dir() / f"{name}.schema.json", encoding="utf-8") as handle:
-        return json.load(handle)
+        schema: dict[str, Any] = json.load(handle)
+        return schema
 
 
 @cache
-def _validator(name: str):
+def _validator(name: str) -> Any:  # a jsonschema Validator (jsonschema is untyped)
     import jsonschema
 
     schema = load_schema(name)
@@ -39,7 +44,7 @@ def _validator(name: str):
     return cls(schema)
 
 
-def describe_value(value) -> str:
+def describe_value(value: object) -> str:
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if value is None:
@@ -55,11 +60,11 @@ def describe_value(value) -> str:
     return f"{kind} {text}"
 
 
-def _allowed_keys(schema: dict) -> list:
+def _allowed_keys(schema: dict[str, Any]) -> list[str]:
     return sorted(schema.get("properties", {}))
 
 
-def _translate(error, doc: Document) -> list[Problem]:
+def _translate(error: ValidationError, doc: Document) -> list[Problem]:
     path = tuple(error.absolute_path)
     v, value, schema = error.validator, error.instance, error.schema
     custom = schema.get("x-message") if isinstance(schema, dict) else None
@@ -81,7 +86,8 @@ def _translate(error, doc: Document) -> list[Problem]:
     if custom:
         return [doc.problem(path, f"{custom}, got {describe_value(value)}")]
     if v == "type":
-        wanted = error.validator_value if isinstance(error.validator_value, list) else [error.validator_value]
+        wanted: list[str] = (error.validator_value if isinstance(error.validator_value, list)
+                             else [error.validator_value])
         names = " or ".join(_TYPE_NAMES.get(t, t) for t in wanted)
         return [doc.problem(path, f"expected {names}, got {describe_value(value)}")]
     if v == "enum":
@@ -116,7 +122,7 @@ def _translate(error, doc: Document) -> list[Problem]:
     return [doc.problem(path, error.message)]
 
 
-def key_problems(doc: Document, value=None, path: tuple = ()) -> list[Problem]:
+def key_problems(doc: Document, value: Any = None, path: FieldPath = ()) -> list[Problem]:
     """Keys that are not strings (`1:`, `yes:`, `null:`): JSON and Ray's configs have none."""
     value = doc.data if value is None and not path else value
     problems: list[Problem] = []
@@ -135,7 +141,7 @@ def key_problems(doc: Document, value=None, path: tuple = ()) -> list[Problem]:
     return problems
 
 
-def _key_text(key) -> tuple[str, str]:
+def _key_text(key: object) -> tuple[str, str]:
     """How a non-string key is shown in a field path, and what to do about it."""
     if isinstance(key, bool):
         return str(key).lower(), "quote it: YAML reads yes, no, on, off, true, false as booleans"

@@ -9,14 +9,16 @@ becomes node types `head` and `gpu` with each provider's own node_config keys. P
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .. import providers
 from ..errors import Problem
-from ..yamlload import Document
+from ..yamlload import Document, FieldPath
 
 HEAD_TYPE = "head"
 
 
-def _resources(group: dict) -> dict:
+def _resources(group: dict[str, Any]) -> dict[str, Any]:
     resources = dict(group.get("resources") or {})
     if "cpus" in group:
         resources["CPU"] = group["cpus"]
@@ -25,8 +27,8 @@ def _resources(group: dict) -> dict:
     return resources
 
 
-def _node_type(provider: providers.Provider, group: dict, head: bool) -> dict:
-    node = {"resources": _resources(group), "node_config": {}}
+def _node_type(provider: providers.Provider, group: dict[str, Any], head: bool) -> dict[str, Any]:
+    node: dict[str, Any] = {"resources": _resources(group), "node_config": {}}
     if "instance_type" in group:
         node["node_config"] = provider.node_config(group)
     if group.get("labels"):
@@ -40,8 +42,8 @@ def _node_type(provider: providers.Provider, group: dict, head: bool) -> dict:
     return node
 
 
-def _group_problems(doc: Document, provider: providers.Provider, path: tuple,
-                    group: dict) -> list[Problem]:
+def _group_problems(doc: Document, provider: providers.Provider, path: FieldPath,
+                    group: dict[str, Any]) -> list[Problem]:
     problems = provider.group_problems(doc, path, group)
     low, high = group.get("min_workers", 0), group.get("max_workers")
     if high is not None and low > high:
@@ -50,7 +52,8 @@ def _group_problems(doc: Document, provider: providers.Provider, path: tuple,
     return problems
 
 
-def expand_shorthand(data: dict, doc: Document) -> tuple[dict, dict, list[Problem]]:
+def expand_shorthand(data: dict[str, Any],
+                     doc: Document) -> tuple[dict[str, Any], dict[FieldPath, FieldPath], list[Problem]]:
     """Return (Ray-dialect document, origins for line lookup, problems)."""
     if "head" not in data and "workers" not in data:
         return data, {}, []
@@ -66,7 +69,8 @@ def expand_shorthand(data: dict, doc: Document) -> tuple[dict, dict, list[Proble
     if HEAD_TYPE in workers:
         problems.append(doc.problem(("workers", HEAD_TYPE), f"'{HEAD_TYPE}' names the head's node type; "
                                     "choose another name for this worker group"))
-    types, origins = {}, {}
+    types: dict[str, Any] = {}
+    origins: dict[FieldPath, FieldPath] = {}
     problems += _group_problems(doc, provider, ("head",), head)
     types[HEAD_TYPE] = _node_type(provider, head, head=True)
     origins[("available_node_types", HEAD_TYPE)] = ("head",)

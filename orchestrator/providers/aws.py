@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from ..errors import Problem
 from ..yamlload import Document
@@ -80,23 +81,23 @@ QUOTA_CODES = {
 }
 
 
-def _session(region: str | None = None):
+def _session(region: str | None = None) -> Any:
     boto3 = require("boto3", "boto3", EXTRA)
     return boto3.session.Session(region_name=region)
 
 
-def _client(session, service: str, region: str | None = None):
+def _client(session: Any, service: str, region: str | None = None) -> Any:
     from botocore.config import Config
     config = Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 2})
     return session.client(service, region_name=region or session.region_name or "us-east-1",
                           config=config)
 
 
-def _error_code(exc) -> str:
+def _error_code(exc: Exception) -> str:
     return ((getattr(exc, "response", None) or {}).get("Error") or {}).get("Code") or type(exc).__name__
 
 
-def _identity(session, region: str | None) -> tuple[str, str, str | None]:
+def _identity(session: Any, region: str | None) -> tuple[str, str, str | None]:
     """(status, detail, hint) of the credentials."""
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
     try:
@@ -143,12 +144,12 @@ def _checks(spec: ClusterView) -> list[CheckResult]:
     return checks.results
 
 
-def _zones_wanted(document: dict) -> list[str]:
+def _zones_wanted(document: Config) -> list[str]:
     text = (document.get("provider") or {}).get("availability_zone") or ""
     return [zone.strip() for zone in str(text).split(",") if zone.strip()]
 
 
-def _check_region(checks: Checks, session, ec2, region: str) -> list[str] | None:
+def _check_region(checks: Checks, session: Any, ec2: Any, region: str) -> list[str] | None:
     """The zones the cluster may use, or None when the region itself is unusable."""
     from botocore.exceptions import ClientError
     known: set[str] = set()
@@ -180,13 +181,13 @@ def _check_region(checks: Checks, session, ec2, region: str) -> list[str] | None
     return [zone for zone in wanted if zone in zones] or zones
 
 
-def _offered_in(ec2, location_type: str, filters: list) -> list[dict]:
+def _offered_in(ec2: Any, location_type: str, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
     pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
         LocationType=location_type, Filters=filters)
     return [offer for page in pages for offer in page["InstanceTypeOfferings"]]
 
 
-def _check_instance_types(checks: Checks, ec2, region: str, zones: list[str]) -> dict:
+def _check_instance_types(checks: Checks, ec2: Any, region: str, zones: list[str]) -> dict[str, Any]:
     """Check each InstanceType; returns {instance type: its DescribeInstanceTypes entry}."""
     from botocore.exceptions import ClientError
     wanted: dict[str, list[str]] = {}
@@ -195,7 +196,7 @@ def _check_instance_types(checks: Checks, ec2, region: str, zones: list[str]) ->
         if itype:
             wanted.setdefault(itype, []).append(name)
     configured = _zones_wanted(checks.spec.document)
-    described = {}
+    described: dict[str, Any] = {}
     for itype, names in sorted(wanted.items()):
         path = node_path(names[0], "InstanceType")
         try:
@@ -228,9 +229,9 @@ def _check_instance_types(checks: Checks, ec2, region: str, zones: list[str]) ->
     return described
 
 
-def _check_images(checks: Checks, ec2, region: str, described: dict) -> None:
+def _check_images(checks: Checks, ec2: Any, region: str, described: dict[str, Any]) -> None:
     from botocore.exceptions import ClientError
-    images: dict = {}
+    images: dict[str, Any] = {}  # AMI id -> its DescribeImages entry, None when missing
     for name, node_type in node_types(checks.spec.document):
         config = node_type.get("node_config") or {}
         image_id = config.get("ImageId")
@@ -252,7 +253,7 @@ def _check_images(checks: Checks, ec2, region: str, described: dict) -> None:
                         "or share/copy the AMI to this account and region", path)
             continue
         arch = image.get("Architecture")
-        supported = (described.get(config.get("InstanceType")) or {}).get(
+        supported = (described.get(config.get("InstanceType", "")) or {}).get(
             "ProcessorInfo", {}).get("SupportedArchitectures", [])
         if image.get("State", "available") != "available":
             checks.fail("image", f"AMI {image_id} is {image['State']}", "use an available AMI", path)
@@ -263,7 +264,7 @@ def _check_images(checks: Checks, ec2, region: str, described: dict) -> None:
             checks.ok("image", f"{image_id} ({image.get('Name', '?')}, {arch})", path)
 
 
-def _check_key_pairs(checks: Checks, ec2, region: str) -> None:
+def _check_key_pairs(checks: Checks, ec2: Any, region: str) -> None:
     from botocore.exceptions import ClientError
     document = checks.spec.document
     seen: set[str] = set()
@@ -283,7 +284,7 @@ def _check_key_pairs(checks: Checks, ec2, region: str) -> None:
             checks.fail("key pair", f"key pair {key!r} does not exist in {region}",
                         f"existing key pairs: {listing(existing)}; or drop KeyName and Ray "
                         "creates one", path)
-    private = (document.get("auth") or {}).get("ssh_private_key")
+    private = (document.get("auth") or {}).get("ssh_private_key", "")
     if seen and not private:
         checks.fail("ssh key", "KeyName is set but auth.ssh_private_key is not",
                     "set auth.ssh_private_key to that key pair's .pem file", ("auth",))
@@ -292,24 +293,26 @@ def _check_key_pairs(checks: Checks, ec2, region: str) -> None:
                     ("auth", "ssh_private_key"))
 
 
-def _quota_code(node_type: dict):
+def _quota_code(node_type: Config) -> str | tuple[str, str]:
     config = node_type.get("node_config") or {}
-    letters = re.match(r"[a-z]*", config.get("InstanceType", "")).group(0)
+    match = re.match(r"[a-z]*", config.get("InstanceType", ""))
+    assert match is not None  # [a-z]* matches at the start of every string
+    letters = match.group(0)
     letters = "i" if letters in ("im", "is") else letters
     spot = (config.get("InstanceMarketOptions") or {}).get("MarketType") == "spot"
     codes = QUOTA_CODES.get(letters)
     return codes[1 if spot else 0] if codes else ("unknown", letters)
 
 
-def _check_quotas(checks: Checks, session, region: str, described: dict) -> None:
+def _check_quotas(checks: Checks, session: Any, region: str, described: dict[str, Any]) -> None:
     from botocore.exceptions import BotoCoreError, ClientError
     document = checks.spec.document
 
-    def group(name, node_type):
+    def group(name: str, node_type: Config) -> str | tuple[str, str] | None:
         itype = (node_type.get("node_config") or {}).get("InstanceType")
         return _quota_code(node_type) if itype in described else None
 
-    def vcpus(name, node_type):
+    def vcpus(name: str, node_type: Config) -> Any:  # DescribeInstanceTypes' DefaultVCpus
         return described[node_type["node_config"]["InstanceType"]]["VCpuInfo"]["DefaultVCpus"]
 
     quotas = _client(session, "service-quotas", region)

@@ -9,6 +9,7 @@ is used as given.
 from __future__ import annotations
 
 import os
+from typing import Any, cast
 
 from ..errors import Problem
 from ..yamlload import Document
@@ -76,24 +77,24 @@ CREDENTIALS_HINT = ("run `az login`, or set AZURE_TENANT_ID, AZURE_CLIENT_ID and
                     "AZURE_CLIENT_SECRET for a service principal")
 
 
-def _endpoint() -> dict:
+def _endpoint() -> dict[str, str]:
     endpoint = os.environ.get("ORCHESTRATE_AZURE_ENDPOINT")
     return {"base_url": endpoint} if endpoint else {}
 
 
-def _client_options() -> dict:
+def _client_options() -> dict[str, Any]:
     """Endpoint plus short timeouts and few retries: a preflight answers in seconds or fails."""
     return {**_endpoint(), "connection_timeout": 10, "read_timeout": 30, "retry_total": 2}
 
 
-def _credential():
+def _credential() -> Any:
     require("azure.mgmt.compute", "azure-mgmt-compute", EXTRA)
     identity = require("azure.identity", "azure-identity", EXTRA)
     options = {"disable_instance_discovery": True} if _endpoint() else {}
     return identity.DefaultAzureCredential(**options)
 
 
-def _token(credential) -> tuple[str, str, str | None]:
+def _token(credential: Any) -> tuple[str, str, str | None]:
     from azure.core.exceptions import AzureError, ClientAuthenticationError
     try:
         credential.get_token(SCOPE)
@@ -115,8 +116,8 @@ def _checks(spec: ClusterView) -> list[CheckResult]:
     from azure.core.exceptions import AzureError
     checks = Checks(spec)
     provider = spec.document.get("provider") or {}
-    location = provider.get("location")
-    subscription = provider.get("subscription_id") or os.environ.get("AZURE_SUBSCRIPTION_ID")
+    location = provider.get("location", "")
+    subscription = provider.get("subscription_id") or os.environ.get("AZURE_SUBSCRIPTION_ID", "")
     if not location:
         checks.fail("location", "provider.location is not set", "set provider.location, e.g. westus2",
                     ("provider",))
@@ -128,7 +129,7 @@ def _checks(spec: ClusterView) -> list[CheckResult]:
     credential = _credential()
     status, detail, hint = _token(credential)
     checks.add(status, "credentials", detail, hint)
-    if checks.failed:
+    if status == FAIL:
         return checks.results
     try:
         if _check_subscription(checks, credential, subscription, location):
@@ -142,10 +143,10 @@ def _checks(spec: ClusterView) -> list[CheckResult]:
     return checks.results
 
 
-def _check_subscription(checks: Checks, credential, subscription: str, location: str) -> bool:
+def _check_subscription(checks: Checks, credential: Any, subscription: str, location: str) -> bool:
     from azure.core.exceptions import HttpResponseError
     from azure.mgmt.subscription import SubscriptionClient
-    client = SubscriptionClient(credential, **_client_options())
+    client: Any = SubscriptionClient(credential, **_client_options())
     path = ("provider", "subscription_id")
     try:
         found = client.subscriptions.get(subscription)
@@ -169,11 +170,11 @@ def _check_subscription(checks: Checks, credential, subscription: str, location:
     return True
 
 
-def _vm_size(node_type: dict) -> str | None:
+def _vm_size(node_type: Config) -> str | None:
     return ((node_type.get("node_config") or {}).get("azure_arm_parameters") or {}).get("vmSize")
 
 
-def _restriction(sku, location: str) -> str | None:
+def _restriction(sku: Any, location: str) -> str | None:
     for restriction in sku.restrictions or []:
         if str(restriction.type).lower().endswith("location") and \
                 location.lower() in [v.lower() for v in restriction.values_property or []]:
@@ -181,12 +182,12 @@ def _restriction(sku, location: str) -> str | None:
     return None
 
 
-def _check_vm_sizes(checks: Checks, compute, location: str) -> dict:
+def _check_vm_sizes(checks: Checks, compute: Any, location: str) -> dict[str, Any]:
     """Check each vmSize; returns {vm size: its ResourceSku} for the usable ones."""
     skus = {sku.name: sku for sku in compute.resource_skus.list(filter=f"location eq '{location}'")
             if sku.resource_type == "virtualMachines"}
     usable = {name for name, sku in skus.items() if _restriction(sku, location) is None}
-    found: dict = {}
+    found: dict[str, Any] = {}
     for name, node_type in node_types(checks.spec.document):
         size = _vm_size(node_type)
         if not size:
@@ -206,23 +207,23 @@ def _check_vm_sizes(checks: Checks, compute, location: str) -> dict:
     return found
 
 
-def _vcpus(sku) -> int:
+def _vcpus(sku: Any) -> int:
     caps = {c.name: c.value for c in sku.capabilities or []}
     return int(float(caps.get("vCPUs", 0) or 0))
 
 
-def _check_quotas(checks: Checks, compute, location: str, skus: dict) -> None:
+def _check_quotas(checks: Checks, compute: Any, location: str, skus: dict[str, Any]) -> None:
     usages = {u.name.value: u for u in compute.usage.list(location)}
     document = checks.spec.document
 
-    def spot(node_type) -> bool:
+    def spot(node_type: Config) -> bool:
         params = (node_type.get("node_config") or {}).get("azure_arm_parameters") or {}
         return str(params.get("priority", "")).lower() == "spot"
 
-    def vcpus(name, node_type):
-        return _vcpus(skus[_vm_size(node_type)])
+    def vcpus(name: str, node_type: Config) -> int:
+        return _vcpus(skus[cast(str, _vm_size(node_type))])  # only types `family` found in skus
 
-    def family(name, node_type):
+    def family(name: str, node_type: Config) -> str | None:
         size = _vm_size(node_type)
         if size not in skus:
             return None

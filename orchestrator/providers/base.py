@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from types import ModuleType
+from typing import Any, Protocol, TypeVar
 
 from ..errors import MissingDependency, Problem
 from ..util.text import close_matches
@@ -24,6 +25,7 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 Config = dict[str, Any]          # a cluster document in Ray's dialect
 FieldPath = tuple[str | int, ...]
 Progress = Callable[[str], None]
+Group = TypeVar("Group", bound=Hashable)  # what `worst_case` sums weights by
 
 
 @dataclass(frozen=True)
@@ -136,26 +138,26 @@ class Provider(Protocol):
 class Checks:
     """Collects the results for one cluster spec, attaching each field's dotted path and line."""
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: ClusterView) -> None:
         self.spec = spec
         self.results: list[CheckResult] = []
 
     def add(self, status: str, name: str, detail: str, hint: str | None = None,
-            path: tuple = ()) -> CheckResult:
-        line = None
+            path: FieldPath = ()) -> CheckResult:
+        line: int | None = None
         if path and hasattr(self.spec, "line_of"):
             line = self.spec.line_of(tuple(path))
         result = CheckResult(name, status, detail, hint, ".".join(str(p) for p in path), line)
         self.results.append(result)
         return result
 
-    def ok(self, name: str, detail: str, path: tuple = ()) -> CheckResult:
+    def ok(self, name: str, detail: str, path: FieldPath = ()) -> CheckResult:
         return self.add(OK, name, detail, None, path)
 
-    def warn(self, name: str, detail: str, hint: str | None = None, path: tuple = ()) -> CheckResult:
+    def warn(self, name: str, detail: str, hint: str | None = None, path: FieldPath = ()) -> CheckResult:
         return self.add(WARN, name, detail, hint, path)
 
-    def fail(self, name: str, detail: str, hint: str | None = None, path: tuple = ()) -> CheckResult:
+    def fail(self, name: str, detail: str, hint: str | None = None, path: FieldPath = ()) -> CheckResult:
         return self.add(FAIL, name, detail, hint, path)
 
     @property
@@ -163,7 +165,7 @@ class Checks:
         return any(r.status == FAIL for r in self.results)
 
 
-def require(module: str, package: str, extra: str):
+def require(module: str, package: str, extra: str) -> ModuleType:
     """Import an optional SDK module, or raise MissingDependency naming the pip extra."""
     try:
         return importlib.import_module(module)
@@ -171,11 +173,11 @@ def require(module: str, package: str, extra: str):
         raise MissingDependency(package, extra) from exc
 
 
-def node_types(document: dict) -> list[tuple[str, dict]]:
+def node_types(document: Config) -> list[tuple[str, Config]]:
     return sorted((document.get("available_node_types") or {}).items())
 
 
-def node_path(name: str, *rest: Any) -> tuple:
+def node_path(name: str, *rest: str | int) -> FieldPath:
     return ("available_node_types", name, "node_config", *rest)
 
 
@@ -194,8 +196,8 @@ def suggest(value: str, offered: Iterable[str], what: str) -> str:
     return f"offered: {listing(offered)}"
 
 
-def worst_case(document: dict, group_of: Callable[[str, dict], Any],
-               weight_of: Callable[[str, dict], float]) -> dict:
+def worst_case(document: Config, group_of: Callable[[str, Config], Group | None],
+               weight_of: Callable[[str, Config], float]) -> dict[Group, float]:
     """The most `weight` (vCPUs, GPUs) each group can reach at once under the worker limits.
 
     The head counts once; workers of a type reach at most that type's max_workers, and all
@@ -204,8 +206,8 @@ def worst_case(document: dict, group_of: Callable[[str, dict], Any],
     """
     cap = int(document.get("max_workers", 2) or 0)
     head = document.get("head_node_type")
-    totals: dict = {}
-    members: dict = {}
+    totals: dict[Group, float] = {}
+    members: dict[Group, list[tuple[float, int]]] = {}
     for name, node_type in node_types(document):
         group = group_of(name, node_type)
         if group is None:
@@ -229,8 +231,8 @@ def worst_case(document: dict, group_of: Callable[[str, dict], Any],
 
 def sdk_message(exc: BaseException) -> str:
     """A one-line message from an SDK exception, never a traceback."""
-    text = str(exc).strip().splitlines()
-    text = text[0] if text else type(exc).__name__
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else type(exc).__name__
     return re.sub(r"\s+", " ", text)[:300]
 
 

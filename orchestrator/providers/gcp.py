@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from ..errors import Problem
 from ..yamlload import Document
@@ -93,6 +94,7 @@ SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 TIMEOUT = 20.0
 CREDENTIALS_HINT = ("run `gcloud auth application-default login`, or set "
                     "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file")
+Needs = dict[str, dict[tuple[str, str], int]]  # node type -> {(prefix, quota metric): amount}
 IMAGE = re.compile(r"(?:^|/)projects/(?P<project>[^/]+)/global/images/(?P<family>family/)?(?P<name>[^/]+)$")
 
 
@@ -100,12 +102,13 @@ def _basename(value: str) -> str:
     return str(value).rstrip("/").rsplit("/", 1)[-1]
 
 
-def _auth():
+def _auth() -> tuple[str, str, str | None, Any, Any]:
     """(status, detail, hint, credentials, project) from Application Default Credentials."""
     require("google.cloud.compute_v1", "google-cloud-compute", EXTRA)
     import google.auth
     from google.auth import exceptions
     from google.auth.transport.requests import Request
+    creds: Any  # google-auth's Credentials, partly typed
     try:
         creds, project = google.auth.default(scopes=[SCOPE])
         creds.refresh(Request())
@@ -125,14 +128,14 @@ def credentials() -> CheckResult:
 class _Compute:
     """The Compute Engine clients, built lazily on one set of credentials and endpoint."""
 
-    def __init__(self, creds) -> None:
+    def __init__(self, creds: Any) -> None:
         self._module = require("google.cloud.compute_v1", "google-cloud-compute", EXTRA)
         self._creds = creds
         endpoint = os.environ.get("ORCHESTRATE_GCP_ENDPOINT")
         self._options = {"api_endpoint": endpoint} if endpoint else None
-        self._clients: dict = {}
+        self._clients: dict[str, Any] = {}
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
         if name not in self._clients:
@@ -153,7 +156,7 @@ def _checks(spec: ClusterView) -> list[CheckResult]:
         return checks.results
     status, detail, hint, creds, _ = _auth()
     checks.add(status, "credentials", detail, hint)
-    if checks.failed:
+    if status == FAIL:
         return checks.results
     compute = _Compute(creds)
     try:
@@ -169,7 +172,7 @@ def _checks(spec: ClusterView) -> list[CheckResult]:
     return checks.results
 
 
-def _check_location(checks: Checks, compute, provider: dict):
+def _check_location(checks: Checks, compute: Any, provider: Config) -> tuple[Any, Any] | None:
     """Project, region and zone; returns (Project, Region), both with their quotas, or None."""
     from google.api_core.exceptions import Forbidden, NotFound, Unauthorized
     project, region_name, zone_name = (provider[k] for k in ("project_id", "region", "availability_zone"))
@@ -209,7 +212,7 @@ def _check_location(checks: Checks, compute, provider: dict):
     return found, region
 
 
-def _zones_offering(client, project: str, name: str, region: str) -> list[str]:
+def _zones_offering(client: Any, project: str, name: str, region: str) -> list[str]:
     """The zones of `region` where a machine/accelerator type of this name exists."""
     reply = client.aggregated_list(request={"project": project, "filter": f'name = "{name}"'},
                                    timeout=TIMEOUT)
@@ -221,12 +224,12 @@ def _zones_offering(client, project: str, name: str, region: str) -> list[str]:
     return sorted(zones)
 
 
-def _check_node_types(checks: Checks, compute, provider: dict) -> dict:
+def _check_node_types(checks: Checks, compute: Any, provider: Config) -> Needs:
     """Machine and accelerator types of each node type; returns {node type: {quota metric: n}}."""
     from google.api_core.exceptions import NotFound
     project, region, zone = (provider[k] for k in ("project_id", "region", "availability_zone"))
-    needs: dict = {}
-    seen: dict = {}  # machine type -> MachineType, fetched once
+    needs: Needs = {}
+    seen: dict[str, Any] = {}  # machine type -> MachineType, fetched once
     for name, node_type in node_types(checks.spec.document):
         config = node_type.get("node_config") or {}
         scheduling = config.get("scheduling") or {}
@@ -283,7 +286,7 @@ def _gpu_metric(kind: str) -> str:
     return _basename(kind).upper().replace("-", "_").replace("TESLA_", "") + "_GPUS"
 
 
-def _check_images(checks: Checks, compute) -> None:
+def _check_images(checks: Checks, compute: Any) -> None:
     from google.api_core.exceptions import Forbidden, NotFound
     own = checks.spec.document["provider"]["project_id"]
     for name, node_type in node_types(checks.spec.document):
@@ -320,11 +323,11 @@ def _check_images(checks: Checks, compute) -> None:
                 checks.ok("image", f"{source} -> {found.name}", path)
 
 
-def _check_quotas(checks: Checks, project, region, needs: dict) -> None:
+def _check_quotas(checks: Checks, project: Any, region: Any, needs: Needs) -> None:
     quotas = {q.metric: q for q in region.quotas}
     document = checks.spec.document
 
-    def metric_of(prefix: str, metric: str) -> str | None:
+    def metric_of(prefix: str, metric: str) -> str:
         if metric.endswith("_CPUS") and metric not in quotas:
             metric = "CPUS"
         preemptible = quotas.get(prefix + metric)
@@ -332,16 +335,20 @@ def _check_quotas(checks: Checks, project, region, needs: dict) -> None:
             return prefix + metric
         return metric
 
-    amounts = {name: {} for name in needs}  # node type -> {quota metric: amount}
-    for name, need in needs.items():
-        for key, amount in need.items():
+    amounts: dict[str, dict[str, int]] = {name: {} for name in needs}  # node type -> {quota metric: amount}
+    for name, keyed in needs.items():
+        for key, amount in keyed.items():
             metric = metric_of(*key)
             amounts[name][metric] = amounts[name].get(metric, 0) + amount
-    totals = {}
+    totals: dict[str, float] = {}
     for metric in {m for amount in amounts.values() for m in amount}:
-        totals.update(worst_case(
-            document, lambda n, t, metric=metric: metric if metric in amounts.get(n, {}) else None,
-            lambda n, t, metric=metric: amounts[n][metric]))
+        def uses(n: str, t: Config, metric: str = metric) -> str | None:
+            return metric if metric in amounts.get(n, {}) else None
+
+        def weight(n: str, t: Config, metric: str = metric) -> int:
+            return amounts[n][metric]
+
+        totals.update(worst_case(document, uses, weight))
     for metric, need in sorted(totals.items()):
         quota = quotas.get(metric)
         compare_quota(checks, "quota", metric, need, quota and quota.limit, quota and quota.usage,
@@ -350,10 +357,15 @@ def _check_quotas(checks: Checks, project, region, needs: dict) -> None:
     project_quotas = {q.metric: q for q in project.quotas}
     for metric, suffix in (("CPUS_ALL_REGIONS", "CPUS"), ("GPUS_ALL_REGIONS", "_GPUS")):
         per_type = {n: sum(v for m, v in a.items() if m.endswith(suffix)) for n, a in amounts.items()}
-        need = worst_case(document,
-                          lambda n, t, metric=metric, per_type=per_type:
-                          metric if per_type.get(n) else None,
-                          lambda n, t, per_type=per_type: per_type[n]).get(metric, 0)
+
+        def counts(n: str, t: Config, metric: str = metric,
+                   per_type: dict[str, int] = per_type) -> str | None:
+            return metric if per_type.get(n) else None
+
+        def total(n: str, t: Config, per_type: dict[str, int] = per_type) -> int:
+            return per_type[n]
+
+        need = worst_case(document, counts, total).get(metric, 0)
         quota = project_quotas.get(metric)
         if need:
             compare_quota(checks, "quota", metric, need, quota and quota.limit, quota and quota.usage,

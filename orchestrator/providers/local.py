@@ -12,6 +12,7 @@ import ipaddress
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from ..errors import Problem
 from ..util import ssh
@@ -149,7 +150,7 @@ def check(spec: ClusterView) -> list[CheckResult]:
     checks = Checks(spec)
     provider = spec.document.get("provider") or {}
     auth = spec.document.get("auth") or {}
-    user, key = auth.get("ssh_user"), auth.get("ssh_private_key")
+    user, key = auth.get("ssh_user"), auth.get("ssh_private_key", "")
     if not user:
         checks.fail("ssh user", "auth.ssh_user is not set", "set the login user of the hosts", ("auth",))
     if not key:
@@ -161,7 +162,7 @@ def check(spec: ClusterView) -> list[CheckResult]:
     if checks.failed:
         return checks.results
     key = os.path.expanduser(key)
-    hosts = [(("provider", "head_ip"), provider.get("head_ip"))]
+    hosts: list[tuple[FieldPath, Any]] = [(("provider", "head_ip"), provider.get("head_ip"))]
     hosts += [(("provider", "worker_ips", i), ip) for i, ip in enumerate(provider.get("worker_ips") or [])]
     hosts = [(path, ip) for path, ip in hosts if ip]
     if not hosts:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import contract
-from ..contract import JobConfig
+from ..contract import DatasetSection, JobConfig, RunSection, ScalingSection, TuneSection
 from ..language.experiment import ExperimentSpec
 from ..util.files import digest_tree
 from ..util.uris import is_uri
@@ -51,7 +51,9 @@ def _dataset_path(path: str, base: Path, working_dir: Path) -> str:
 def resolve_config(spec: ExperimentSpec) -> JobConfig:
     data, base = spec.document, spec.path.resolve().parent
     model = data.get("model")
-    run = dict(data.get("run_config") or {})
+    run: RunSection = {}
+    if data.get("run_config"):
+        run.update(data["run_config"])  # the schema allows RunSection's keys only
     run.setdefault("name", spec.name)
     storage = run.get("storage_path")
     if storage and not is_uri(storage):
@@ -59,17 +61,16 @@ def resolve_config(spec: ExperimentSpec) -> JobConfig:
     run["storage_path"] = storage
     run.setdefault("checkpoint_config", None)
     run.setdefault("failure_config", None)
-    scaling = {"num_workers": 1, "use_gpu": False, "resources_per_worker": None}
-    scaling.update(data.get("scaling_config") or {})
-    datasets = {
-        name: {"format": d.get("format") or _guess_format(d["path"]),
-               "path": _dataset_path(d["path"], base, spec.working_dir),
-               **({"read_options": d["read_options"]} if d.get("read_options") else {})}
-        for name, d in (data.get("datasets") or {}).items()
+    scaling: ScalingSection = {"num_workers": 1, "use_gpu": False, "resources_per_worker": None}
+    if data.get("scaling_config"):
+        scaling.update(data["scaling_config"])
+    datasets: dict[str, DatasetSection] = {
+        name: _dataset(d, base, spec.working_dir) for name, d in (data.get("datasets") or {}).items()
     }
-    tune = data.get("tune")
-    if tune:
-        tune = {"param_space": tune["param_space"], "tune_config": tune.get("tune_config") or {}}
+    tune: TuneSection | None = None
+    if data.get("tune"):
+        tune = {"param_space": data["tune"]["param_space"],
+                "tune_config": data["tune"].get("tune_config") or {}}
     return {
         "version": contract.CONFIG_VERSION,
         "workload": "train",
@@ -91,6 +92,14 @@ def resolve_config(spec: ExperimentSpec) -> JobConfig:
         "tune": tune,
         "resume": False,
     }
+
+
+def _dataset(d: dict[str, Any], base: Path, working_dir: Path) -> DatasetSection:
+    section: DatasetSection = {"format": d.get("format") or _guess_format(d["path"]),
+                               "path": _dataset_path(d["path"], base, working_dir)}
+    if d.get("read_options"):
+        section["read_options"] = d["read_options"]
+    return section
 
 
 def _guess_format(path: str) -> str:

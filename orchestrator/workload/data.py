@@ -7,7 +7,10 @@ i.e. CHW float32 in [-1, 1]. Tabular features are every column but the label (or
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
+from ..contract import DatasetSection, JobConfig
 from ..util.uris import is_uri
 
 FEATURES = "features"  # the column holding the concatenated tabular features
@@ -21,15 +24,15 @@ def resolve(path: str) -> str:
     return path if is_uri(path) else os.path.abspath(path)
 
 
-def absolute_paths(config: dict) -> dict:
+def absolute_paths(config: JobConfig) -> JobConfig:
     """The config with dataset paths made absolute here, in the driver: Train V2 workers and Tune
     trials run in artifact folders, not in the working directory."""
-    datasets = {name: dict(spec, path=resolve(spec["path"]))
-                for name, spec in (config.get("datasets") or {}).items()}
-    return dict(config, datasets=datasets)
+    datasets: dict[str, DatasetSection] = {name: {**spec, "path": resolve(spec["path"])}
+                                           for name, spec in (config.get("datasets") or {}).items()}
+    return {**config, "datasets": datasets}  # a new JobConfig; the caller's is left as it was
 
 
-def read(spec: dict):
+def read(spec: DatasetSection) -> Any:
     import ray.data
 
     readers = {"parquet": ray.data.read_parquet, "csv": ray.data.read_csv,
@@ -40,7 +43,7 @@ def read(spec: dict):
     return readers[fmt](resolve(spec["path"]), **(spec.get("read_options") or {}))
 
 
-def check_paths(config: dict) -> None:
+def check_paths(config: JobConfig) -> None:
     """Fail early, with the path in the message, when a local dataset path does not exist."""
     for name, spec in (config.get("datasets") or {}).items():
         path = resolve(spec["path"])
@@ -49,14 +52,14 @@ def check_paths(config: dict) -> None:
                                     f"(looked in {path})")
 
 
-def build_preprocessor(specs: list | None, features: list[str]):
+def build_preprocessor(specs: list[dict[str, Any]] | None, features: list[str]) -> Any:
     """`[{type: StandardScaler, columns: [...]}, ...]` -> one Ray Data preprocessor, or None.
     A scaler without `columns` applies to every feature column."""
     if not specs:
         return None
     import ray.data.preprocessors as module
 
-    steps = []
+    steps: list[Any] = []
     for spec in specs:
         kwargs = {k: v for k, v in spec.items() if k != "type"}
         if spec["type"] in SCALERS and "columns" not in kwargs:
@@ -68,7 +71,7 @@ def build_preprocessor(specs: list | None, features: list[str]):
     return steps[0] if len(steps) == 1 else module.Chain(*steps)
 
 
-def fit_preprocessor(config: dict, train):
+def fit_preprocessor(config: JobConfig, train: Any) -> Any:
     if not config.get("preprocessors"):
         return None
     features = feature_columns(config, train.schema().names)
@@ -78,12 +81,13 @@ def fit_preprocessor(config: dict, train):
     return preprocessor
 
 
-def feature_columns(config: dict, columns: list[str]) -> list[str]:
+def feature_columns(config: Mapping[str, Any], columns: list[str]) -> list[str]:
+    """`config`: the JobConfig, or the part of it the torch loop ships (see `load_tensors`)."""
     label = config.get("label_column")
     return list(config.get("feature_columns") or [c for c in columns if c != label])
 
 
-def normalize_images(batch: dict) -> dict:
+def normalize_images(batch: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
     images = np.asarray(batch[IMAGE], dtype=np.float32)
@@ -91,7 +95,7 @@ def normalize_images(batch: dict) -> dict:
     return batch
 
 
-def ray_datasets(config: dict, image: bool) -> tuple[dict, int | None]:
+def ray_datasets(config: JobConfig, image: bool) -> tuple[dict[str, Any], int | None]:
     """Read, fit preprocessors on train, transform every split. Returns (datasets, input_dim)."""
     datasets = {name: read(spec) for name, spec in config["datasets"].items()}
     preprocessor = fit_preprocessor(config, datasets["train"])
@@ -106,12 +110,15 @@ def ray_datasets(config: dict, image: bool) -> tuple[dict, int | None]:
     from ray.data.preprocessors import Concatenator
 
     columns = feature_columns(config, datasets["train"].schema().names)
-    concat = Concatenator(columns=columns, output_column_name=FEATURES, dtype=np.float32)
+    concat = Concatenator(columns=columns, output_column_name=FEATURES,
+                          dtype=np.float32)  # type: ignore[arg-type]  # Ray's own docs pass np.float32
     return {k: concat.transform(v) for k, v in datasets.items()}, len(columns)
 
 
-def load_tensors(config: dict, split: str, preprocessor, image: bool):
-    """One split as (features, labels) tensors, for a torch DataLoader (variant A)."""
+def load_tensors(config: Mapping[str, Any], split: str, preprocessor: Any,
+                 image: bool) -> tuple[Any, Any]:
+    """One split as (features, labels) tensors, for a torch DataLoader (variant A). `config` needs
+    `datasets`, `label_column` and `feature_columns`."""
     import numpy as np
     import pyarrow.dataset
     import ray.data  # noqa: F401  registers Ray's tensor column type with pyarrow

@@ -5,8 +5,13 @@ state dict moves between the two.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, cast
 
-def build_model(model: dict, input_dim: int | None = None):
+from ..contract import ModelSection
+
+
+def build_model(model: ModelSection, input_dim: int | None = None) -> Any:
     """`model` is the config's `{name, args}`; `input_dim` is the feature count for tabular data."""
     builders = {"vit": _vit, "mlp": _mlp, "cnn": _cnn}
     name = model.get("name")
@@ -15,28 +20,28 @@ def build_model(model: dict, input_dim: int | None = None):
     return builders[name](dict(model.get("args") or {}), input_dim)
 
 
-def is_image_model(model: dict | None) -> bool:
-    return bool(model) and model.get("name") in ("vit", "cnn")
+def is_image_model(model: ModelSection | None) -> bool:
+    return bool(model and model.get("name") in ("vit", "cnn"))
 
 
-def _vit(args: dict, _input_dim):
+def _vit(args: dict[str, Any], _input_dim: int | None) -> Any:
     return _classes()["VisionTransformer"](**args)
 
 
-def _cnn(args: dict, _input_dim):
+def _cnn(args: dict[str, Any], _input_dim: int | None) -> Any:
     return _classes()["SmallCNN"](**args)
 
 
-def _mlp(args: dict, input_dim):
+def _mlp(args: dict[str, Any], input_dim: int | None) -> Any:
     if input_dim is None:
         raise ValueError("the mlp model needs tabular features")
     return _classes()["MLP"](input_dim=input_dim, **args)
 
 
-_CACHE: dict = {}
+_CACHE: dict[str, type[Any]] = {}  # name -> torch.nn.Module subclass
 
 
-def _classes() -> dict:
+def _classes() -> dict[str, type[Any]]:
     """Define the torch classes on first use, so importing this module does not import torch."""
     if _CACHE:
         return _CACHE
@@ -46,12 +51,13 @@ def _classes() -> dict:
     from torch import nn
 
     class MLPBlock(nn.Sequential):
-        def __init__(self, in_dim, mlp_dim, dropout):
+        def __init__(self, in_dim: int, mlp_dim: int, dropout: float) -> None:
             super().__init__(nn.Linear(in_dim, mlp_dim), nn.GELU(), nn.Dropout(dropout),
                              nn.Linear(mlp_dim, in_dim), nn.Dropout(dropout))
 
     class EncoderBlock(nn.Module):
-        def __init__(self, num_heads, hidden_dim, mlp_dim, dropout, attention_dropout):
+        def __init__(self, num_heads: int, hidden_dim: int, mlp_dim: int, dropout: float,
+                     attention_dropout: float) -> None:
             super().__init__()
             self.ln_1 = nn.LayerNorm(hidden_dim, eps=1e-6)
             self.self_attention = nn.MultiheadAttention(
@@ -60,15 +66,15 @@ def _classes() -> dict:
             self.ln_2 = nn.LayerNorm(hidden_dim, eps=1e-6)
             self.mlp = MLPBlock(hidden_dim, mlp_dim, dropout)
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> Any:
             y = self.ln_1(x)
             y, _ = self.self_attention(y, y, y, need_weights=False)
             x = x + self.dropout(y)
             return x + self.mlp(self.ln_2(x))
 
     class Encoder(nn.Module):
-        def __init__(self, seq_length, num_layers, num_heads, hidden_dim, mlp_dim, dropout,
-                     attention_dropout):
+        def __init__(self, seq_length: int, num_layers: int, num_heads: int, hidden_dim: int,
+                     mlp_dim: int, dropout: float, attention_dropout: float) -> None:
             super().__init__()
             self.pos_embedding = nn.Parameter(torch.empty(1, seq_length, hidden_dim).normal_(std=0.02))
             self.dropout = nn.Dropout(dropout)
@@ -78,15 +84,16 @@ def _classes() -> dict:
                 for i in range(num_layers)))
             self.ln = nn.LayerNorm(hidden_dim, eps=1e-6)
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> Any:
             return self.ln(self.layers(self.dropout(x + self.pos_embedding)))
 
     class VisionTransformer(nn.Module):
         """torchvision.models.VisionTransformer, same arguments and parameter names."""
 
-        def __init__(self, image_size=224, patch_size=16, num_layers=12, num_heads=12,
-                     hidden_dim=768, mlp_dim=3072, dropout=0.0, attention_dropout=0.0,
-                     num_classes=1000, representation_size=None, channels=3):
+        def __init__(self, image_size: int = 224, patch_size: int = 16, num_layers: int = 12,
+                     num_heads: int = 12, hidden_dim: int = 768, mlp_dim: int = 3072,
+                     dropout: float = 0.0, attention_dropout: float = 0.0, num_classes: int = 1000,
+                     representation_size: int | None = None, channels: int = 3) -> None:
             super().__init__()
             if image_size % patch_size:
                 raise ValueError("image_size must be divisible by patch_size")
@@ -96,7 +103,7 @@ def _classes() -> dict:
             self.class_token = nn.Parameter(torch.zeros(1, 1, hidden_dim))
             self.encoder = Encoder(seq_length, num_layers, num_heads, hidden_dim, mlp_dim,
                                    dropout, attention_dropout)
-            heads = {}
+            heads: dict[str, nn.Module] = {}
             if representation_size is None:
                 heads["head"] = nn.Linear(hidden_dim, num_classes)
             else:
@@ -104,32 +111,37 @@ def _classes() -> dict:
                 heads["act"] = nn.Tanh()
                 heads["head"] = nn.Linear(representation_size, num_classes)
             self.heads = nn.Sequential(OrderedDict(heads))
-            nn.init.zeros_(self.heads.head.weight)
-            nn.init.zeros_(self.heads.head.bias)
+            head = cast(nn.Linear, self.heads.head)  # Module.__getattr__ says Tensor | Module
+            nn.init.zeros_(head.weight)
+            nn.init.zeros_(head.bias)
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> Any:
             n = x.shape[0]
             x = self.conv_proj(x).reshape(n, self.hidden_dim, -1).permute(0, 2, 1)
             x = torch.cat([self.class_token.expand(n, -1, -1), x], dim=1)
             return self.heads(self.encoder(x)[:, 0])
 
     class MLP(nn.Module):
-        def __init__(self, input_dim, hidden_dims=(64, 64), num_classes=2, dropout=0.0):
+        def __init__(self, input_dim: int, hidden_dims: Sequence[int] = (64, 64), num_classes: int = 2,
+                     dropout: float = 0.0) -> None:
             super().__init__()
-            layers, width = [], input_dim
+            layers: list[nn.Module] = []
+            width = input_dim
             for size in hidden_dims:
                 layers += [nn.Linear(width, size), nn.ReLU(), nn.Dropout(dropout)]
                 width = size
             layers.append(nn.Linear(width, num_classes))
             self.net = nn.Sequential(*layers)
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> Any:
             return self.net(x)
 
     class SmallCNN(nn.Module):
-        def __init__(self, num_classes=10, channels=3, image_size=32, width=32):
+        def __init__(self, num_classes: int = 10, channels: int = 3, image_size: int = 32,
+                     width: int = 32) -> None:
             super().__init__()
-            layers, current = [], channels
+            layers: list[nn.Module] = []
+            current = channels
             for size in (width, 2 * width):  # two conv + pool stages
                 layers += [nn.Conv2d(current, size, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
                 current = size
@@ -138,7 +150,7 @@ def _classes() -> dict:
             self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(current * side * side, 128),
                                             nn.ReLU(), nn.Linear(128, num_classes))
 
-        def forward(self, x):
+        def forward(self, x: torch.Tensor) -> Any:
             return self.classifier(self.features(x))
 
     _CACHE.update(VisionTransformer=VisionTransformer, MLP=MLP, SmallCNN=SmallCNN)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import io
 import json
 import os
+from typing import Any, cast
 
 from ..contract import RESULTS_FOLDER as FOLDER
-from ..contract import epoch_line, result_line
+from ..contract import JobConfig, epoch_line, result_line
 from ..util.uris import is_uri
 
 
-def storage_root(config: dict) -> str:
+def storage_root(config: JobConfig) -> str:
     path = (config.get("run_config") or {}).get("storage_path") or "~/ray_results"
     return path if is_uri(path) else os.path.abspath(os.path.expanduser(path))
 
@@ -24,10 +25,12 @@ def join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *parts])
 
 
-def _fs(uri: str):
+def _fs(uri: str) -> tuple[Any, str]:
+    """(pyarrow FileSystem, path in it)."""
     import pyarrow.fs
 
-    return pyarrow.fs.FileSystem.from_uri(uri)
+    fs, path = pyarrow.fs.FileSystem.from_uri(uri)
+    return fs, path
 
 
 def write_bytes(uri: str, data: bytes) -> None:
@@ -43,7 +46,7 @@ def read_bytes(uri: str) -> bytes | None:
     try:
         fs, path = _fs(uri)
         with fs.open_input_stream(path) as stream:
-            return stream.read()
+            return cast(bytes, stream.read())  # pyarrow is untyped
     except (OSError, pyarrow.ArrowException):
         return None
 
@@ -52,23 +55,23 @@ def exists(uri: str) -> bool:
     import pyarrow.fs
 
     fs, path = _fs(uri)
-    return fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound
+    return cast(bool, fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound)  # pyarrow is untyped
 
 
-def read_history(run_uri: str) -> list[dict]:
+def read_history(run_uri: str) -> list[dict[str, Any]]:
     data = read_bytes(join(run_uri, FOLDER, "metrics.json"))
     return json.loads(data) if data else []
 
 
-def make_history_callback(run_uri: str):
+def make_history_callback(run_uri: str) -> Any:
     """A Ray Train UserCallback (runs in the controller): prints progress, appends the history."""
     from ray.train import UserCallback
 
     class HistoryCallback(UserCallback):
-        def __init__(self):
-            self.history = None
+        def __init__(self) -> None:
+            self.history: list[dict[str, Any]] | None = None
 
-        def after_report(self, run_context, metrics, checkpoint):
+        def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
             if self.history is None:  # a resumed run continues the history it had
                 self.history = read_history(run_uri)
             row = {k: v for k, v in (metrics[0] if metrics else {}).items() if _scalar(v)}
@@ -81,14 +84,14 @@ def make_history_callback(run_uri: str):
     return HistoryCallback()
 
 
-def _scalar(value) -> bool:
+def _scalar(value: object) -> bool:
     return isinstance(value, (int, float, str, bool)) or value is None
 
 
-def to_csv(history: list[dict]) -> bytes:
+def to_csv(history: list[dict[str, Any]]) -> bytes:
     import csv
 
-    columns = []
+    columns: list[str] = []
     for row in history:
         columns += [k for k in row if k not in columns]
     buffer = io.StringIO()
@@ -98,7 +101,7 @@ def to_csv(history: list[dict]) -> bytes:
     return buffer.getvalue().encode()
 
 
-def plot(history: list[dict], title: str) -> bytes | None:
+def plot(history: list[dict[str, Any]], title: str) -> bytes | None:
     """Loss and accuracy per epoch (or per boosting round) as a PNG."""
     keys = [k for k in ("loss", "train_loss", "accuracy") if any(k in r for r in history)]
     if not keys and history:  # XGBoost reports e.g. train-logloss, valid-error
@@ -124,7 +127,7 @@ def plot(history: list[dict], title: str) -> bytes | None:
     return buffer.getvalue()
 
 
-def finish(run_uri: str, summary: dict, history: list[dict]) -> dict:
+def finish(run_uri: str, summary: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
     """Write history, plot and summary next to the run; print the result line; return summary."""
     folder = join(run_uri, FOLDER)
     summary = dict(summary, run_path=run_uri, history=join(folder, "metrics.json"))

@@ -19,7 +19,7 @@ def train(config: JobConfig) -> dict[str, Any]:
     if config.get("trainer") == "xgboost":
         from .xgboost_job import make_trainer
     else:
-        from .torch_loop import make_trainer  # type: ignore[assignment]  # same signature
+        from .torch_loop import make_trainer
     return run_trainer(config, make_trainer)
 
 

@@ -8,11 +8,13 @@ rather than silently continuing (or overwriting) the old one.
 from __future__ import annotations
 
 import time
+from typing import Any, cast
 
+from ...contract import JobConfig
 from .. import results
 
 
-def run_name(config: dict) -> str:
+def run_name(config: JobConfig) -> str:
     name = (config.get("run_config") or {}).get("name") or config["name"]
     if config.get("resume"):
         return name
@@ -21,17 +23,16 @@ def run_name(config: dict) -> str:
     return name
 
 
-def scaling_config(config: dict):
+def scaling_config(config: JobConfig) -> Any:
     from ray.train import ScalingConfig
 
-    scaling = dict(config.get("scaling_config") or {})
-    resources = scaling.pop("resources_per_worker", None)
-    return ScalingConfig(num_workers=scaling.get("num_workers", 1),
-                         use_gpu=scaling.get("use_gpu", False),
-                         resources_per_worker=resources)
+    scaling = config["scaling_config"]
+    return ScalingConfig(num_workers=scaling["num_workers"], use_gpu=scaling["use_gpu"],
+                         resources_per_worker=scaling["resources_per_worker"],
+                         placement_strategy=scaling.get("placement_strategy", "PACK"))
 
 
-def run_config(config: dict, name: str, callbacks: list):
+def run_config(config: JobConfig, name: str, callbacks: list[Any]) -> Any:
     from ray.train import CheckpointConfig, FailureConfig, RunConfig
 
     section = config.get("run_config") or {}
@@ -46,7 +47,7 @@ def run_config(config: dict, name: str, callbacks: list):
     )
 
 
-def best_from_history(history: list[dict], config: dict) -> str | None:
+def best_from_history(history: list[dict[str, Any]], config: JobConfig) -> str | None:
     """The best kept checkpoint by the configured score (ties: the later one, as Ray keeps it),
     else the latest."""
     rows = [r for r in history if r.get("checkpoint") and results.exists(r["checkpoint"])]
@@ -56,5 +57,5 @@ def best_from_history(history: list[dict], config: dict) -> str | None:
               if metric and isinstance(r.get(metric), (int, float))]
     if scored:
         sign = 1 if section.get("checkpoint_score_order", "max") == "max" else -1
-        return max(scored, key=lambda t: (sign * t[0], t[1]))[2]["checkpoint"]
+        return cast(str, max(scored, key=lambda t: (sign * t[0], t[1]))[2]["checkpoint"])
     return rows[-1]["checkpoint"] if rows else None

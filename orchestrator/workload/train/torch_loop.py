@@ -11,17 +11,20 @@ import importlib
 import os
 import tempfile
 import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, cast
 
+from ...contract import JobConfig
 from .. import data, models
 
 
-def import_train_loop(reference: str):
+def import_train_loop(reference: str) -> Callable[..., None]:
     """`"module:function"`, importable from the working directory."""
     module_name, _, function = reference.partition(":")
-    return getattr(importlib.import_module(module_name), function)
+    return cast(Callable[..., None], getattr(importlib.import_module(module_name), function))
 
 
-def make_trainer(config: dict, run_config):
+def make_trainer(config: JobConfig, run_config: Any) -> Any:
     """A TorchTrainer for the resolved config (Tune calls this once per trial)."""
     from ray.train.torch import TorchTrainer
 
@@ -29,7 +32,9 @@ def make_trainer(config: dict, run_config):
 
     loop_config = dict(config.get("train_loop_config") or {})
     image = models.is_image_model(config.get("model"))
-    datasets, input_dim, preprocessor = None, None, None
+    datasets: dict[str, Any] | None = None
+    input_dim: int | None = None
+    preprocessor: Any = None  # a fitted Ray Data preprocessor
     if config.get("data_loader") == "torch" and config.get("datasets"):
         data.check_paths(config)
         train = data.read(config["datasets"]["train"])
@@ -37,8 +42,8 @@ def make_trainer(config: dict, run_config):
     elif config.get("datasets"):
         data.check_paths(config)
         datasets, input_dim = data.ray_datasets(config, image)
-    if config.get("train_loop"):
-        loop = import_train_loop(config["train_loop"])
+    if reference := config.get("train_loop"):
+        loop = import_train_loop(reference)
     else:
         job = {"model": config.get("model"), "image": image, "input_dim": input_dim,
                "label": config.get("label_column") or "label", "preprocessor": preprocessor,
@@ -49,7 +54,7 @@ def make_trainer(config: dict, run_config):
                         scaling_config=scaling_config(config), run_config=run_config)
 
 
-def train_loop(loop_config: dict, *, job: dict) -> None:
+def train_loop(loop_config: dict[str, Any], *, job: Mapping[str, Any]) -> None:
     import ray.train
     import ray.train.torch
     import torch
@@ -85,7 +90,7 @@ def train_loop(loop_config: dict, *, job: dict) -> None:
         _report(metrics, plain, optimizer, epoch, rank)
 
 
-def _batch_sources(job: dict, batch_size: int, world: int) -> dict:
+def _batch_sources(job: Mapping[str, Any], batch_size: int, world: int) -> dict[str, Any]:
     """split -> function(epoch) yielding (x, y); ray_data shards or prepared DataLoaders."""
     import ray.train
     import ray.train.torch
@@ -93,7 +98,7 @@ def _batch_sources(job: dict, batch_size: int, world: int) -> dict:
 
     splits = [s for s in ("train", "valid") if s in job["config"]["datasets"]]
     label, x_column = job["label"], data.IMAGE if job["image"] else data.FEATURES
-    sources: dict = {}
+    sources: dict[str, Any] = {}
     if job["config"].get("data_loader") == "torch":
         for split in splits:
             x, y = data.load_tensors(job["config"], split, job["preprocessor"], job["image"])
@@ -111,21 +116,25 @@ def _batch_sources(job: dict, batch_size: int, world: int) -> dict:
     return sources
 
 
-def _from_loader(loader, world, epoch):
+def _from_loader(loader: Any, world: int, epoch: int) -> Iterator[Any]:
     if world > 1 and hasattr(loader.sampler, "set_epoch"):
         loader.sampler.set_epoch(epoch)
     yield from loader
 
 
-def _from_shard(shard, batch_size, dtypes, x_column, label, _epoch):
+def _from_shard(shard: Any, batch_size: int, dtypes: dict[str, Any], x_column: str, label: str,
+                _epoch: int) -> Iterator[tuple[Any, Any]]:
     for batch in shard.iter_torch_batches(batch_size=batch_size, dtypes=dtypes):
         yield batch[x_column], batch[label]
 
 
-def _evaluate(model, loss_fn, batches, world) -> dict:
+def _evaluate(model: Any, loss_fn: Any, batches: Callable[[int], Iterator[Any]],
+              world: int) -> dict[str, float]:
     import torch
 
     model.eval()
+    correct: float  # counts, summed as floats by _all_reduce
+    count: float
     total_loss, correct, count = 0.0, 0, 0
     with torch.no_grad():
         for x, y in batches(0):
@@ -137,7 +146,7 @@ def _evaluate(model, loss_fn, batches, world) -> dict:
     return {"loss": total_loss / max(count, 1), "accuracy": correct / max(count, 1)}
 
 
-def _all_reduce(values: list, world: int, op: str = "sum") -> list:
+def _all_reduce(values: list[float], world: int, op: str = "sum") -> list[float]:
     if world == 1:
         return list(values)
     import torch
@@ -148,7 +157,7 @@ def _all_reduce(values: list, world: int, op: str = "sum") -> list:
     return tensor.tolist()
 
 
-def _restore(plain, optimizer) -> int:
+def _restore(plain: Any, optimizer: Any) -> int:
     """Load the latest checkpoint if Ray hands one over (resume or a restart after a failure)."""
     import ray.train
     import torch
@@ -160,10 +169,10 @@ def _restore(plain, optimizer) -> int:
         plain.load_state_dict(torch.load(os.path.join(folder, "model.pt")))
         state = torch.load(os.path.join(folder, "state.pt"))
     optimizer.load_state_dict(state["optimizer"])
-    return state["epoch"] + 1
+    return cast(int, state["epoch"]) + 1
 
 
-def _report(metrics: dict, plain, optimizer, epoch: int, rank: int) -> None:
+def _report(metrics: dict[str, float], plain: Any, optimizer: Any, epoch: int, rank: int) -> None:
     import ray.train
     import torch
 

@@ -8,11 +8,14 @@ Each worker turns its shard of every split into a DMatrix, trains with all split
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
+from typing import Any
 
+from ...contract import JobConfig
 from .. import data
 
 
-def make_trainer(config: dict, run_config):
+def make_trainer(config: JobConfig, run_config: Any) -> Any:
     from ray.train.xgboost import XGBoostTrainer
 
     from .configs import scaling_config
@@ -28,12 +31,12 @@ def make_trainer(config: dict, run_config):
                           scaling_config=scaling_config(config), run_config=run_config)
 
 
-def train_loop(job: dict) -> None:
+def train_loop(job: Mapping[str, Any]) -> None:
     import ray.train
     import xgboost
     from ray.train.xgboost import RayTrainReportCallback
 
-    matrices = []
+    matrices: list[tuple[Any, str]] = []  # (xgboost.DMatrix, split)
     for split in job["splits"]:
         frame = ray.train.get_dataset_shard(split).materialize().to_pandas()
         features = frame[job["features"]] if job["features"] else frame.drop(columns=[job["label"]])
