@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import __version__, cli
 from orchestrator.cli import main
 from orchestrator.language.schema import load_schema
 from orchestrator.providers import PROVIDERS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("ray", "torch", "boto3", "botocore", "google", "azure", "xgboost", "pandas", "pyarrow")
 
 
@@ -57,8 +58,13 @@ def test_unexpected_errors_become_exit_3_with_a_log(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err and "a bug in orchestrate" in err
     log = Path(err.split("details in ")[1].strip())
-    assert "simulated bug" in log.read_text()
+    text = log.read_text()
     log.unlink()
+    assert "simulated bug" in text
+    first, second = text.splitlines()[:2]
+    assert first.startswith(f"orchestrate {__version__}, Python {sys.version.split()[0]} ")
+    assert "Linux" in first  # the platform
+    assert second == "command: orchestrate validate (arguments not recorded)"
 
 
 def test_usage_errors_exit_2(capsys):
@@ -75,6 +81,7 @@ def test_wheel_ships_the_schemas_and_works_installed(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "orchestrator/schemas/cluster.schema.json" in names
     assert "orchestrator/schemas/experiment.schema.json" in names
+    assert "orchestrator/py.typed" in names  # the package is typed (mypy strict)
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
     result = subprocess.run(
@@ -98,3 +105,23 @@ def test_time_limits_must_be_positive_seconds(args, capsys):
         main(args)
     assert exc.value.code == 2
     assert "expected a number of seconds above 0" in capsys.readouterr().err
+
+
+def test_the_verb_is_found_after_global_options(monkeypatch):
+    assert cli.chosen_verb(["up", "c.yaml", "-y"]) == "up"
+    assert cli.chosen_verb(["--version"]) is None
+    assert cli.chosen_verb(["validate", "--format", "json", "run"]) == "validate"
+    assert cli.chosen_verb(["nonsense", "up"]) is None  # argparse then names the bad verb
+    # A global option that takes a value (the next one added, e.g. --project FILE) is skipped
+    # with its value, whether given as two words or with "=", and the verb after it is found.
+    monkeypatch.setitem(cli.GLOBAL_OPTIONS, "--project", True)
+    assert cli.chosen_verb(["--project", "jobs", "up", "c.yaml"]) == "up"
+    assert cli.chosen_verb(["--project=jobs", "status"]) == "status"
+    assert cli.chosen_verb(["--project"]) is None
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"orchestrate {__version__}"

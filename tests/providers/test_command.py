@@ -21,7 +21,7 @@ def test_registry_is_keyed_by_name_and_every_module_satisfies_the_protocol():
     members = {name: value for name, value in vars(Provider).items() if not name.startswith("_")}
     assert {"NAME", "EXTRA", "REQUIRED", "check", "credentials", "after_down"} <= set(members)
     for name, module in PROVIDERS.items():
-        assert module.NAME == name
+        assert name == module.NAME
         for member, declared in members.items():
             assert hasattr(module, member), (name, member)
             wanted_callable = not isinstance(declared, property)

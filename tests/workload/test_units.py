@@ -68,3 +68,13 @@ def test_best_checkpoint_follows_the_score_and_ray_tie_rule(tmp_path):
     assert configs.best_from_history(rows, {}).endswith("c3")  # no score: the latest
     (tmp_path / "c2").rmdir()  # deleted by num_to_keep: not reported
     assert configs.best_from_history(rows, by_accuracy).endswith("c1")
+
+
+def test_scaling_config_carries_every_field_of_the_section():
+    section = {"num_workers": 3, "use_gpu": False, "resources_per_worker": {"CPU": 2},
+               "placement_strategy": "SPREAD"}
+    scaling = configs.scaling_config({"scaling_config": section})
+    assert (scaling.num_workers, scaling.use_gpu, scaling.resources_per_worker,
+            scaling.placement_strategy) == (3, False, {"CPU": 2}, "SPREAD")
+    del section["placement_strategy"]
+    assert configs.scaling_config({"scaling_config": section}).placement_strategy == "PACK"

@@ -1,0 +1,108 @@
+"""The package's layers: every import of orchestrate's own code goes to the same layer or one
+below it, never up (docs/design.md draws them). Read from the source with `ast`, so a new module
+is checked as soon as it exists; a module no layer names fails the test too."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "orchestrator"
+
+# Lowest first. A module may import from its own layer and from any layer below it.
+LAYERS = [
+    {"errors", "contract", "util", "yamlload", "output", "__init__"},
+    {"providers", "state", "workload"},
+    {"language"},
+    {"render"},
+    {"endpoint"},
+    {"cluster", "embedded"},
+    {"jobs"},
+    {"commands", "cli", "__main__"},
+]
+# The code that runs on the cluster ships with the job: it may use only these. (Above it, the
+# client may read what it writes, e.g. `orchestrate results` reads a run's files through it.)
+WORKLOAD_MAY_USE = {"workload", "contract", "util"}
+
+
+def top(module: str) -> str:
+    """`orchestrator.cluster.plan` -> `cluster`; `orchestrator` -> `__init__`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer_of(name: str) -> int:
+    for index, members in enumerate(LAYERS):
+        if name in members:
+            return index
+    raise AssertionError(f"orchestrator.{name} is in no layer: add it to LAYERS (and to "
+                         f"docs/design.md)")
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, imported module) for every import of orchestrator's own modules in `path`."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("orchestrator")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("orchestrator"):
+                if target == "orchestrator":  # `from .. import providers`: the names are modules
+                    found += [(node.lineno, f"orchestrator.{a.name}") for a in node.names]
+                else:
+                    found.append((node.lineno, target))
+    return found
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_no_import_runs_up_a_layer():
+    upward = []
+    for path in modules():
+        name = top("orchestrator." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+        if name == "workload":
+            continue
+        for line, target in imports(path):
+            if target == "orchestrator.__version__":
+                continue
+            if layer_of(top(target)) > layer_of(name):
+                upward.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}")
+    assert not upward, "imports that run up a layer:\n" + "\n".join(upward)
+
+
+def test_the_workload_uses_only_what_ships_with_it():
+    outside = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
+               for path in modules() if "workload" in path.relative_to(PACKAGE).parts
+               for line, target in imports(path) if top(target) not in WORKLOAD_MAY_USE]
+    assert not outside, "\n".join(outside)
+
+
+def test_the_checker_sees_imports_of_every_form():
+    """The check itself can fail: each import form resolves to the module it names."""
+    found = dict((target, line) for line, target in imports(PACKAGE / "cluster" / "apply.py"))
+    assert {"orchestrator.cluster.plan", "orchestrator.render.cluster", "orchestrator.providers",
+            "orchestrator.state"} <= set(found)
+    assert layer_of("cluster") > layer_of("render") > layer_of("language") > layer_of("providers")
+
+
+def test_no_provider_name_is_compared_outside_the_provider_modules():
+    """Provider knowledge lives in orchestrator/providers/; elsewhere code asks the module."""
+    names = {"aws", "gcp", "azure", "local"}
+    found = []
+    for path in modules():
+        if "providers" in path.relative_to(PACKAGE).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                constants = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant)]
+                if names & {c for c in constants if isinstance(c, str)}:
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    assert not found, "provider names compared outside providers/: " + ", ".join(found)
