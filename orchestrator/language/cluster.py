@@ -58,7 +58,8 @@ def is_cluster_document(data: dict[str, Any]) -> bool:
 def _removed_fields(doc: Document) -> list[Problem]:
     provider = doc.data.get("provider")
     kind = provider.get("type") if isinstance(provider, dict) else None
-    kept = providers.PROVIDERS[kind].LEGACY_KEYS if kind in providers.PROVIDERS else ()
+    known = kind if isinstance(kind, str) and kind in providers.PROVIDERS else None
+    kept = providers.PROVIDERS[known].LEGACY_KEYS if known else ()  # the schema reports others
     return [doc.problem((key,), f"'{key}' was removed from Ray's cluster YAML", hint)
             for key, hint in REMOVED_FIELDS.items() if key in doc.data and key not in kept]
 

@@ -43,6 +43,7 @@ CASES = {
     "removed-fields.yaml": (3, "head_node", "'head_node' was removed from Ray's cluster YAML"),
     "unsafe-cluster-name.yaml": (1, "cluster_name", "used in shell commands"),
     "unknown-provider.yaml": (2, "provider.type", "expected one of: aws, azure, gcp, local"),
+    "provider-type-list.yaml": (3, "provider.type", "expected a string, got a list"),
     "shorthand-and-node-types.yaml": (4, "available_node_types", "not both"),
     "unknown-kind.yaml": (1, "", "cannot tell what this file is"),
     "exp-unknown-trainer.yaml": (2, "trainer", "expected one of: torch, xgboost; got string 'pytorch' (did you mean 'torch'?)"),
