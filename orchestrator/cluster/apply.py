@@ -2,7 +2,7 @@
 through a `ClusterBackend`, keeping the record true at every step.
 
     up(spec, state, backend, options, progress, confirm) -> UpResult
-    down(record, state, backend, progress, timeout)
+    tear_down(name, state, backend, progress, timeout) -> ClusterRecord | None
 
 The record is written before each step that can fail half way, so an interrupted `up` leaves
 `launching`/`interrupted`/`failed` behind (and `down` cleans up after it), never a record that
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -24,7 +24,7 @@ from ..render.cluster import RenderedCluster, render_cluster
 from ..state import FAILED, INTERRUPTED, LAUNCHING, STOPPING, UP, ClusterRecord, State, cluster_key
 from ..util.waiting import poll
 from .health import Health, probe
-from .plan import Action, ClusterPlan, Desired, Recorded, plan_cluster
+from .plan import Action, ClusterPlan, Recorded, plan_cluster
 
 Progress = Callable[[str], None]
 Confirm = Callable[[str], bool]
@@ -62,7 +62,6 @@ class UpResult:
     record: ClusterRecord
     plan: ClusterPlan
     health: Health | None = None
-    changes: list[str] = field(default_factory=list)
 
     @property
     def action(self) -> str:
@@ -101,8 +100,7 @@ def up(spec: ClusterSpec, state: State, backend: ClusterBackend, options: UpOpti
         rendered = render_cluster(spec, token_file=str(token_file))
         recorded = _recorded(spec.name, state, progress)
         live = refresh(recorded.record if recorded else None, state, progress)
-        desired = Desired(rendered.name, rendered.provider, rendered.config, rendered.config_hash)
-        plan = plan_cluster(desired, recorded, live)
+        plan = plan_cluster(rendered, recorded, live)
         if plan.action is Action.NOOP:
             assert recorded is not None
             return UpResult(recorded.record, plan, live)
@@ -138,7 +136,7 @@ def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | Non
     old = recorded.record if recorded else None
     if plan.action is Action.REPLACE and old is not None:
         progress(f"replacing cluster {name}: {plan.reason}")
-        down(old, state, backend, progress, timeout=options.down_timeout, forget=False)
+        _down(old, state, backend, progress, timeout=options.down_timeout, forget=False)
         old = None
     config_file = state.store.write_rendered(name, rendered.config)
     record = ClusterRecord(name=name, provider=rendered.provider, file=rendered.file,
@@ -170,22 +168,25 @@ def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | Non
     state.store.write_cluster(record)
     health = _wait_nodes(record, rendered.expected_nodes, state, options.wait_timeout,
                          progress) if options.wait else None
-    return UpResult(record, plan, health, list(plan.changes))
+    return UpResult(record, plan, health)
 
 
 def tear_down(name: str, state: State, backend: ClusterBackend, progress: Progress, *,
-              timeout: float = 900) -> ClusterRecord:
-    """`orchestrate down`: under the cluster's lock, tear it down and forget it."""
+              timeout: float = 900) -> ClusterRecord | None:
+    """`orchestrate down`: under the cluster's lock, tear it down and forget it. None when it
+    was already gone (another `down` got there first)."""
     with state.store.lock(name, action="down"):
         record = state.store.read_cluster(name)
-        if record is None:
-            raise ClusterError(f"no cluster {name!r} is recorded")
-        down(record, state, backend, progress, timeout=timeout)
+        plan = plan_cluster(None, Recorded(record) if record else None, None)
+        if plan.action is Action.DESTROY and record is not None:
+            _down(record, state, backend, progress, timeout=timeout)
+        else:
+            state.store.forget_cluster(name)  # only the lock's folder is left
     return record
 
 
-def down(record: ClusterRecord, state: State, backend: ClusterBackend, progress: Progress, *,
-         timeout: float = 900, forget: bool = True) -> None:
+def _down(record: ClusterRecord, state: State, backend: ClusterBackend, progress: Progress, *,
+          timeout: float = 900, forget: bool = True) -> None:
     """Tear the cluster down with the config last handed to Ray; then forget it (`forget`)."""
     name = record.name
     config = state.store.read_rendered(name)

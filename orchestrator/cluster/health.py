@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..endpoint import Endpoint
+from ..endpoint import Endpoint, open_cluster
 from ..errors import ClusterError
+from ..state import UP, ClusterRecord, State
 from ..util.http import HttpError, get_json
 
 
@@ -54,3 +55,14 @@ def probe(endpoint: Endpoint, *, timeout: float = 5) -> Health:
         session=version.get("session_name", ""), resources=totals,
         node_ips=tuple(sorted(n.get("node_ip", "") for n in alive)),
     )
+
+
+def live(record: ClusterRecord, state: State, *, timeout: float = 15) -> dict[str, Any]:
+    """For `status`: whether the cluster answers, and its health, or why not."""
+    if record.state != UP:
+        return {"reachable": False, "error": record.message}
+    try:
+        with open_cluster(record, state, timeout=timeout) as endpoint:
+            return {"reachable": True, "error": None, **probe(endpoint).as_dict()}
+    except ClusterError as exc:
+        return {"reachable": False, "error": exc.message}

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -21,7 +20,7 @@ from typing import IO
 from .. import providers
 from ..errors import ClusterError
 from ..state import State, cluster_key
-from ..util.processes import stop_group
+from ..util.processes import ray_command, stop_child_group
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+\s+(?P<level>[A-Z]+) \S+ -- ")
@@ -50,11 +49,6 @@ _NOISE = ("File Mount:", "If you experience issues with the cloud provider", "!!
 Progress = Callable[[str], None]
 
 
-def ray_command(*args: str) -> list[str]:
-    """`ray ...` with the Ray that this orchestrate runs with."""
-    return [sys.executable, "-m", "ray.scripts.scripts", *args]
-
-
 def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: float,
             env: dict[str, str] | None = None, secrets: Iterable[str] = ()) -> str:
     """Run `ray <args>`; return its output (ANSI removed). Raise ClusterError on failure."""
@@ -78,12 +72,12 @@ def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: flo
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            stop_group(process)
+            stop_child_group(process)
             reader.join(5)
             raise ClusterError(f"`ray {args[0]}` did not finish within {timeout:.0f} s and was "
                                f"stopped", hint=f"full log: {log_path}") from None
         except BaseException:  # Ctrl-C: stop ray too, then let the caller record the state
-            stop_group(process)
+            stop_child_group(process)
             reader.join(5)
             raise
         reader.join(10)

@@ -2,7 +2,7 @@
 
     plan_cluster(desired, recorded, live) -> ClusterPlan
 
-- desired:  the rendered config the file asks for (None: the file is gone, or `down`)
+- desired:  what the file renders to (None: the file is gone, or `down`)
 - recorded: what state says was last handed to Ray (None: never launched from here)
 - live:     what the cluster answered just now (None: not asked, or it did not answer)
 
@@ -23,6 +23,7 @@ from fnmatch import fnmatchcase
 from typing import Any
 
 from .. import providers
+from ..render.cluster import RenderedCluster
 from ..state import UP, ClusterRecord
 from .health import Health
 
@@ -38,29 +39,23 @@ class Action(str, Enum):
     DESTROY = "destroy"
 
 
-# Changes the head's autoscaler picks up by itself from the new bootstrap config:
-# `ray up --no-restart` ships them without restarting Ray (running jobs survive).
-SCALING_FIELDS = (
+# Changes `ray up --no-restart` applies without restarting Ray (running jobs survive): the head's
+# autoscaler picks up scaling from the new bootstrap config, and file mounts are synced again.
+# Each provider adds its own (`Provider.SCALING_FIELDS`: the on-prem worker list).
+IN_PLACE_FIELDS = (
     "max_workers",
     "min_workers",
     "upscaling_speed",
     "idle_timeout_minutes",
     "available_node_types.*.min_workers",
     "available_node_types.*.max_workers",
-    "provider.worker_ips",
+    # Where this machine keeps the token (it moved to secrets/); the nodes get the same token.
+    "file_mounts.~/.ray/auth_token",
 )
 
 # Changes that move the cluster or its head everywhere; each provider adds its own fields
 # (`Provider.REPLACE_FIELDS`: region, zone, project, head address ...).
 REPLACE_FIELDS = ("provider.type", "head_node_type")
-
-
-@dataclass(frozen=True)
-class Desired:
-    name: str
-    provider: str
-    config: Config = field(repr=False)
-    config_hash: str
 
 
 @dataclass(frozen=True)
@@ -77,6 +72,7 @@ class ClusterPlan:
     changes: tuple[str, ...] = ()       # "+ field", "- field", "~ field", in field order
     jobs_survive: bool = True           # running jobs keep running through the action
     live: Health | None = None
+    was_up: bool = False                # the record says the last `up` succeeded
 
     @property
     def destructive(self) -> bool:
@@ -84,8 +80,9 @@ class ClusterPlan:
 
     @property
     def needs_confirmation(self) -> bool:
-        """Destructive to something that answers (it may be running jobs)."""
-        return self.destructive and self.live is not None
+        """Destructive to a cluster that answers, or that was up and no longer answers (it may
+        be running jobs all the same: a refused token or a broken forward looks the same)."""
+        return self.destructive and (self.live is not None or self.was_up)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "action": self.action.value, "reason": self.reason,
@@ -93,14 +90,14 @@ class ClusterPlan:
                 "destructive": self.destructive}
 
 
-def plan_cluster(desired: Desired | None, recorded: Recorded | None,
+def plan_cluster(desired: RenderedCluster | None, recorded: Recorded | None,
                  live: Health | None) -> ClusterPlan:
+    was_up = recorded is not None and recorded.record.state == UP
     if desired is None:
         if recorded is None:
             return ClusterPlan("", Action.NOOP, "not recorded, not wanted")
-        name = recorded.record.name
-        return ClusterPlan(name, Action.DESTROY, "no longer wanted", jobs_survive=False,
-                           live=live)
+        return ClusterPlan(recorded.record.name, Action.DESTROY, "no longer wanted",
+                           jobs_survive=False, live=live, was_up=was_up)
     name = desired.name
     if recorded is None:
         return ClusterPlan(name, Action.CREATE, "not launched yet")
@@ -109,21 +106,22 @@ def plan_cluster(desired: Desired | None, recorded: Recorded | None,
     replaced = replace_fields(changes, desired, recorded)
     if replaced:  # down with the recorded config (it may have left nodes), then up
         return ClusterPlan(name, Action.REPLACE, f"{', '.join(replaced)} changed: a new cluster",
-                           changes, jobs_survive=False, live=live)
-    if record.state != UP:
+                           changes, jobs_survive=False, live=live, was_up=was_up)
+    if not was_up:
         return ClusterPlan(name, Action.CREATE, f"the last operation left it {record.state}",
                            changes)
     if live is None:
         return ClusterPlan(name, Action.RESTART, "recorded as up, but it does not answer",
-                           changes, jobs_survive=False)
+                           changes, jobs_survive=False, was_up=True)
     if record.config_hash == desired.config_hash:
-        return ClusterPlan(name, Action.NOOP, "up and unchanged", live=live)
-    if only_scaling(changes):
+        return ClusterPlan(name, Action.NOOP, "up and unchanged", live=live, was_up=True)
+    if only_scaling(changes, desired.provider):
         return ClusterPlan(name, Action.UPDATE, "only worker counts or autoscaling changed",
-                           changes, live=live)
+                           changes, live=live, was_up=True)
     reason = "the configuration changed" if changes else \
         "the recorded configuration is missing or damaged"
-    return ClusterPlan(name, Action.RESTART, reason, changes, jobs_survive=False, live=live)
+    return ClusterPlan(name, Action.RESTART, reason, changes, jobs_survive=False, live=live,
+                       was_up=True)
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -153,18 +151,19 @@ def _fields(changes: tuple[str, ...] | list[str]) -> list[str]:
     return [line[2:] for line in changes]
 
 
-def only_scaling(changes: tuple[str, ...] | list[str]) -> bool:
+def only_scaling(changes: tuple[str, ...] | list[str], provider: str) -> bool:
+    patterns = IN_PLACE_FIELDS + providers.get(provider).SCALING_FIELDS
     fields = _fields(changes)
-    return bool(fields) and all(any(fnmatchcase(f, p) for p in SCALING_FIELDS) for f in fields)
+    return bool(fields) and all(any(fnmatchcase(f, p) for p in patterns) for f in fields)
 
 
-def replace_fields(changes: tuple[str, ...], desired: Desired,
+def replace_fields(changes: tuple[str, ...], desired: RenderedCluster,
                    recorded: Recorded) -> list[str]:
     """The changed fields that need a new cluster (sorted, distinct)."""
-    if recorded.config is None:
-        return []  # nothing was handed to Ray, or we cannot tell what
     if recorded.record.provider != desired.provider:
-        return ["provider.type"]
+        return ["provider.type"]  # even when the recorded config is lost: the old nodes stay
+    if recorded.config is None:
+        return []  # we cannot tell what changed
     patterns = list(REPLACE_FIELDS) + list(providers.get(desired.provider).REPLACE_FIELDS)
     head = desired.config.get("head_node_type")
     if head:

@@ -22,10 +22,12 @@ def run(args: argparse.Namespace) -> int:
     from . import pick
 
     state = State.here()
-    record = pick.cluster(args.target, state) if args.target else pick.only_cluster(state)
+    record = pick.cluster(args.target, state) if args.target else pick.only_cluster(state, "down")
     if not confirm(f"Tear down cluster {record.name} ({record.provider}, state {record.state})?",
                    assume_yes=args.yes):
         raise OrchestrateError("cancelled; nothing was changed")
-    tear_down(record.name, state, RayLauncher(state, info), info, timeout=args.timeout)
-    info(f"cluster {record.name} is down and forgotten")
+    if tear_down(record.name, state, RayLauncher(state, info), info, timeout=args.timeout):
+        info(f"cluster {record.name} is down and forgotten")
+    else:
+        info(f"cluster {record.name} was already down (another command took it down)")
     return 0

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
                 lambda question: confirm(question, assume_yes=args.yes))
     record = result.record
     if args.format == "json":
-        emit_json({"action": result.action, "changes": result.changes,
+        emit_json({"action": result.action, "changes": list(result.plan.changes),
                    "plan": result.plan.as_dict(), **record.as_dict(),
                    "health": result.health.as_dict() if result.health else None})
         return 0

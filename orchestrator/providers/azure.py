@@ -38,6 +38,7 @@ KEYS = ("location", "resource_group", "subscription_id", "msi_identity_id",
 REQUIRED = ("location", "resource_group")
 REPLACE_FIELDS = ("provider.location", "provider.resource_group", "provider.subscription_id")
 LEGACY_KEYS = cloud.LEGACY_KEYS
+SCALING_FIELDS = cloud.SCALING_FIELDS
 DEFAULT_START = cloud.DEFAULT_START
 dashboard_host = cloud.dashboard_host
 head_address = cloud.head_address

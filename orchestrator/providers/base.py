@@ -91,6 +91,11 @@ class Provider(Protocol):
         provider.type and the head's node config, which need one everywhere."""
 
     @property
+    def SCALING_FIELDS(self) -> tuple[str, ...]:
+        """Provider fields the head's autoscaler picks up without a restart (`up --no-restart`),
+        besides worker counts and autoscaling settings, which every provider has."""
+
+    @property
     def LEGACY_KEYS(self) -> tuple[str, ...]:
         """Removed top-level keys Ray still reads for this provider (`problems` checks them)."""
 

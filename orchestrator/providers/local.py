@@ -25,6 +25,7 @@ EXTRA = None
 KEYS = ("head_ip", "worker_ips", "coordinator_address", "external_head_ip")
 REQUIRED = ("head_ip", "worker_ips")
 REPLACE_FIELDS = ("provider.head_ip",)
+SCALING_FIELDS = ("provider.worker_ips",)  # the head's autoscaler reads the new list
 # Ray's on-prem provider still reads a top-level min_workers (prepare_local); checked below.
 LEGACY_KEYS = ("min_workers",)
 # Ray's defaults (ray/autoscaler/local/defaults.yaml).

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from orchestrator.cluster.health import Health
-from orchestrator.cluster.plan import Action, Desired, Recorded, diff, only_scaling, plan_cluster
-from orchestrator.render.cluster import config_hash
+from orchestrator.cluster.plan import Action, Recorded, diff, only_scaling, plan_cluster
+from orchestrator.render.cluster import RenderedCluster, config_hash
+from orchestrator.render.harden import Dashboard
 from orchestrator.state import FAILED, INTERRUPTED, LAUNCHING, UP, ClusterRecord
 
 AWS = {
@@ -37,8 +38,9 @@ def changed(config: dict, path: str, value) -> dict:
     return new
 
 
-def desired(config: dict) -> Desired:
-    return Desired("c", config["provider"]["type"], config, config_hash(config))
+def desired(config: dict) -> RenderedCluster:
+    return RenderedCluster("c", config["provider"]["type"], "/c.yaml", config,
+                           Dashboard("127.0.0.1"), expected_nodes=1)
 
 
 def recorded(config: dict | None, state: str = UP, provider: str | None = None,
@@ -65,9 +67,10 @@ CASES = [
     ("worker instance type", changed(AWS, "available_node_types.gpu.node_config.InstanceType",
                                      "g5.2xlarge"), recorded(AWS), LIVE, Action.RESTART, False,
      True),
-    ("unchanged but not answering", AWS, recorded(AWS), None, Action.RESTART, False, False),
+    # Up but silent (a refused token, a broken forward): it may still be running jobs, so ask.
+    ("unchanged but not answering", AWS, recorded(AWS), None, Action.RESTART, False, True),
     ("changed and not answering", changed(AWS, "setup_commands", []), recorded(AWS), None,
-     Action.RESTART, False, False),
+     Action.RESTART, False, True),
     ("recorded config damaged", changed(AWS, "setup_commands", []),
      recorded(None, provider="aws", hash_of=AWS), LIVE, Action.RESTART, False, True),
     ("region", changed(AWS, "provider.region", "us-east-1"), recorded(AWS), LIVE,
@@ -78,14 +81,23 @@ CASES = [
     ("head node type renamed", changed(AWS, "head_node_type", "gpu"), recorded(AWS), LIVE,
      Action.REPLACE, False, True),
     ("provider", LOCAL, recorded(AWS), LIVE, Action.REPLACE, False, True),
+    ("provider, recorded config lost", LOCAL, recorded(None, provider="aws", hash_of=AWS), None,
+     Action.REPLACE, False, True),
+    ("region, not answering", changed(AWS, "provider.region", "us-east-1"), recorded(AWS), None,
+     Action.REPLACE, False, True),
     ("region after a failed up", changed(AWS, "provider.region", "us-east-1"),
      recorded(AWS, FAILED), None, Action.REPLACE, False, False),
     ("local head moved", changed(LOCAL, "provider.head_ip", "10.0.0.9"), recorded(LOCAL), LIVE,
      Action.REPLACE, False, True),
+    ("token kept elsewhere", changed(AWS, "file_mounts", {"~/.ray/auth_token": "/new/t"}),
+     recorded(changed(AWS, "file_mounts", {"~/.ray/auth_token": "/old/t"})), LIVE,
+     Action.UPDATE, True, False),
     ("local worker added", changed(LOCAL, "provider.worker_ips", ["10.0.0.2", "10.0.0.3"]),
      recorded(LOCAL), LIVE, Action.UPDATE, True, False),
     ("file gone", None, recorded(AWS), LIVE, Action.DESTROY, False, True),
-    ("file gone, cluster down", None, recorded(AWS), None, Action.DESTROY, False, False),
+    ("file gone, cluster silent", None, recorded(AWS), None, Action.DESTROY, False, True),
+    ("file gone after a failed up", None, recorded(AWS, FAILED), None, Action.DESTROY, False,
+     False),
     ("nothing at all", None, None, None, Action.NOOP, True, False),
 ]
 
@@ -126,7 +138,10 @@ def test_changes_tell_scaling_from_the_rest():
     new["max_workers"] = 4
     lines = diff(old, new)
     assert lines == ["~ available_node_types.w.min_workers", "~ max_workers"]
-    assert only_scaling(lines)
+    assert only_scaling(lines, "aws")
     new["setup_commands"] = ["pip install y"]
-    assert not only_scaling(diff(old, new))
-    assert not only_scaling([])
+    assert not only_scaling(diff(old, new), "aws")
+    assert not only_scaling([], "aws")
+    # The on-prem worker list is the local provider's own scaling field.
+    assert only_scaling(["~ provider.worker_ips"], "local")
+    assert not only_scaling(["~ provider.worker_ips"], "aws")
