@@ -4,7 +4,10 @@ $ORCHESTRATE_HOME; commands call it once and hand it down.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from .folder import FolderStore, home
 from .secrets import FileSecrets
@@ -33,4 +36,26 @@ class State:
     def here(cls) -> State:
         """This machine's state folder and secrets ($ORCHESTRATE_HOME, default ~/.orchestrate)."""
         root = home()
-        return cls(FolderStore(root), FileSecrets(root / "secrets"))
+        secrets = FileSecrets(root / "secrets")
+        _adopt_old_tokens(root, secrets)
+        return cls(FolderStore(root), secrets)
+
+
+def _adopt_old_tokens(root: Path, secrets: FileSecrets) -> None:
+    """orchestrate 0.1.0 kept each token beside its state (clusters/<name>/auth_token,
+    local-ray/auth_token). Move them into the SecretStore once, so that clusters (and a kept
+    local Ray) started before an upgrade keep the token they run with."""
+    old = [(path, cluster_key(path.parent.name))
+           for path in (root / "clusters").glob("*/auth_token")]
+    old.append((root / "local-ray" / "auth_token", "local-ray"))
+    for path, key in old:
+        if not path.is_file():
+            continue
+        target = secrets.path(key)
+        with contextlib.suppress(OSError):  # unreadable here: left where it is, reported later
+            if not target.exists():
+                secrets.ensure(key)  # the private folders, then the old token over it
+                os.replace(path, target)
+                os.chmod(target, 0o600)
+            else:
+                path.unlink()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import secrets as random
-import shutil
 from pathlib import Path
 
 from ..errors import ClusterError
@@ -70,7 +69,4 @@ class FileSecrets:
         return token
 
     def remove(self, key: str) -> None:
-        path = self.path(key)
-        path.unlink(missing_ok=True)
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
+        self.path(key).unlink(missing_ok=True)

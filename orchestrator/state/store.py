@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..util.ports import LOOPBACK
+from ..util.ports import is_loopback
 
 # Lifecycle states written to a ClusterRecord.
 LAUNCHING = "launching"    # `ray up` is (or was, if the run died) in progress
@@ -44,7 +44,7 @@ class ClusterRecord:
 
     @property
     def tunneled(self) -> bool:
-        return self.dashboard_host in LOOPBACK
+        return is_loopback(self.dashboard_host)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

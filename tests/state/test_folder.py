@@ -121,3 +121,19 @@ def test_jobs_and_runs_are_recorded_and_damaged_entries_read_as_none(state):
     entry = Path(os.environ["ORCHESTRATE_HOME"]) / "runs" / "run.json"
     entry.write_text("{broken")
     assert state.store.run("run") is None and state.store.run("never") is None
+
+
+def test_tokens_of_the_previous_layout_are_adopted_once(monkeypatch, tmp_path):
+    """0.1.0 kept tokens at clusters/<name>/auth_token and local-ray/auth_token: a cluster
+    launched before the upgrade must keep its token, or it could not be reached."""
+    monkeypatch.setenv("ORCHESTRATE_HOME", str(tmp_path))
+    for folder, token in (("clusters/old", "a" * 64), ("local-ray", "b" * 64)):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "auth_token").write_text(token)
+    state = State.here()
+    assert state.secrets.read(cluster_key("old")) == "a" * 64
+    assert state.secrets.read("local-ray") == "b" * 64
+    assert stat.S_IMODE(state.secrets.path(cluster_key("old")).stat().st_mode) == 0o600
+    assert not list(tmp_path.glob("*/auth_token")) and not list(tmp_path.glob("*/*/auth_token"))
+    State.here()  # nothing left to move: the tokens stay as they are
+    assert state.secrets.read(cluster_key("old")) == "a" * 64
