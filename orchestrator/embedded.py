@@ -31,9 +31,9 @@ from .errors import JobError, OrchestrateError
 from .state import SecretStore, home
 from .util import http
 from .util.files import atomic_write, tail
-from .util.locks import held
+from .util.locks import Busy, held
 from .util.ports import free_ports
-from .util.processes import alive, kill_naming, stop_process_group
+from .util.processes import alive, kill_naming, names_in_command_line, ray_command, stop_group
 from .util.waiting import until
 
 TOKEN_KEY = "local-ray"
@@ -59,10 +59,19 @@ def _folder() -> Path:
     return folder
 
 
+LOCK_TIMEOUT = 300.0  # starting the local Ray takes ~10 s; a holder this long is stuck
+
+
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
-    with held(_folder() / "lock", action="local Ray", timeout=-1):
-        yield
+    try:
+        with held(_folder() / "lock", action="local Ray", timeout=LOCK_TIMEOUT):
+            yield
+    except Busy as busy:
+        raise JobError(f"the local Ray's lock ({_folder() / 'lock'}) is held"
+                       + (f" by {busy.holder}" if busy.holder else "")
+                       + f" for more than {LOCK_TIMEOUT:.0f} s",
+                       hint="if that command is gone, remove the lock file") from None
 
 
 def _token(secrets: SecretStore) -> str | None:
@@ -78,12 +87,18 @@ def _answers(address: str, secrets: SecretStore) -> bool:
     return token is not None and http.answers(address, token, "/api/jobs/")
 
 
-def _read_record(secrets: SecretStore) -> EmbeddedRay | None:
+def _recorded() -> EmbeddedRay | None:
+    """What the record says, whether or not that Ray still runs."""
     try:
-        ray = EmbeddedRay(**json.loads((_folder() / "record.json").read_text()))
+        return EmbeddedRay(**json.loads((_folder() / "record.json").read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    return ray if alive(ray.pid) and _answers(ray.address, secrets) else None
+
+
+def _read_record(secrets: SecretStore) -> EmbeddedRay | None:
+    """The recorded Ray if it runs and answers with our token."""
+    ray = _recorded()
+    return ray if ray and alive(ray.pid) and _answers(ray.address, secrets) else None
 
 
 def _write_record(ray: EmbeddedRay | None, secrets: SecretStore) -> None:
@@ -100,26 +115,21 @@ def client_environment(secrets: SecretStore) -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(secrets.path(TOKEN_KEY))}
 
 
-def _ray_executable() -> str:
-    candidate = Path(sys.executable).with_name("ray")
-    return str(candidate) if candidate.exists() else (shutil.which("ray") or "ray")
-
-
 def start(secrets: SecretStore, num_cpus: int | None = None,
           timeout: float = 120.0) -> EmbeddedRay:
     """Start a private head on loopback; returns once its job API answers."""
     num_cpus = num_cpus or max(os.cpu_count() or 1, 4)
     gcs, dash, client, agent, agent_grpc, env_agent, metrics = free_ports(7)
     temp_dir = tempfile.mkdtemp(prefix="orc-", dir="/tmp")
-    command = [
-        _ray_executable(), "start", "--head", "--block", "--disable-usage-stats",
+    command = ray_command(
+        "start", "--head", "--block", "--disable-usage-stats",
         "--node-ip-address", "127.0.0.1", "--port", str(gcs), "--temp-dir", temp_dir,
         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
         "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent),
         "--dashboard-agent-grpc-port", str(agent_grpc), "--runtime-env-agent-port",
         str(env_agent), "--metrics-export-port", str(metrics),
         "--min-worker-port", "0", "--max-worker-port", "0", "--num-cpus", str(num_cpus),
-    ]
+    )
     secrets.replace(TOKEN_KEY)  # a new one per instance
     env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN"}  # would win over the file
     env.update(client_environment(secrets))
@@ -153,8 +163,10 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
 
 def stop(ray: EmbeddedRay, timeout: float = 30.0) -> None:
     """SIGTERM the head (it stops its children), then SIGKILL what is left of its group, then
-    whatever of it left the group (its processes name its temp dir)."""
-    stop_process_group(ray.pid, timeout=timeout)
+    whatever of it left the group (its processes name its temp dir). The pid is signalled only
+    while it is still this Ray's (its command line names the temp dir)."""
+    if names_in_command_line(ray.pid, ray.temp_dir):
+        stop_group(ray.pid, timeout=timeout)
     kill_naming(ray.temp_dir)
     shutil.rmtree(ray.temp_dir, ignore_errors=True)
 
@@ -198,7 +210,7 @@ def session(secrets: SecretStore, num_cpus: int | None = None,
     finally:
         with _locked():
             me.unlink(missing_ok=True)
-            ray = _read_record(secrets) or ray
+            ray = _recorded() or ray  # keep: a detached job may have asked since
             if not ray.keep and not _live_users():
                 stop(ray)
                 _write_record(None, secrets)

@@ -92,6 +92,14 @@ class MissingDependency(OrchestrateError):
         self.extra = extra
 
 
+def need(package: str, extra: str) -> None:
+    """Raise MissingDependency unless `package` can be imported; call it before the import."""
+    import importlib.util
+
+    if importlib.util.find_spec(package) is None:
+        raise MissingDependency(package, extra)
+
+
 class PreflightError(OrchestrateError):
     """A cloud or host check failed before launching."""
 

@@ -1,5 +1,6 @@
 """The CLI as users and pipelines meet it: exit codes, speed-critical imports, packaging."""
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -125,3 +126,17 @@ def test_version(capsys):
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.strip() == f"orchestrate {__version__}"
+
+
+def test_a_command_that_needs_the_ray_extra_says_so_without_it(tmp_path):
+    """Without filelock/psutil (the `ray` extra), a command that locks says which pip install
+    to run, exit 1, instead of crashing with exit 3."""
+    code = ("import sys\n"
+            "sys.modules['filelock'] = None  # as if not installed\n"
+            "from orchestrator.cli import main\n"
+            "sys.exit(main(['stop', '--local-ray']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "ORCHESTRATE_HOME": str(tmp_path)})
+    assert done.returncode == 1, done.stderr
+    assert "'filelock', which is not installed" in done.stderr
+    assert 'pip install "orchestrate[ray]"' in done.stderr and "Traceback" not in done.stderr

@@ -10,5 +10,7 @@
     text       did-you-mean suggestions
     uris       "is this a URI"
 
-Nothing here imports from the rest of orchestrator except `errors`.
+Nothing here imports from the rest of orchestrator except `errors`. `filelock` and `psutil` come
+with the `ray` extra (every command that locks or stops processes needs Ray anyway); without
+them those helpers raise MissingDependency with the `pip install` to run.
 """

@@ -8,6 +8,8 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..errors import need
+
 
 class Busy(Exception):
     """The lock is held by someone else; `holder` is what they wrote (may be empty)."""
@@ -21,6 +23,7 @@ class Busy(Exception):
 def held(path: Path, *, action: str, timeout: float = 0) -> Iterator[None]:
     """Hold the lock at `path` for the block. `timeout` 0: raise Busy at once if it is taken;
     below 0: wait as long as it takes."""
+    need("filelock", "ray")
     import filelock
 
     lock = filelock.FileLock(str(path), timeout=timeout, mode=0o600)
@@ -33,10 +36,12 @@ def held(path: Path, *, action: str, timeout: float = 0) -> Iterator[None]:
         except OSError:
             holder = ""
         raise Busy(holder) from None
+    mine = f"{action}, pid {os.getpid()} on {socket.gethostname()}\n"
     try:
-        note.write_text(f"{action}, pid {os.getpid()} on {socket.gethostname()}\n")
+        note.write_text(mine)
         yield
     finally:
         with contextlib.suppress(OSError):
-            note.unlink()
+            if note.read_text() == mine:  # a later holder's note stays
+                note.unlink()
         lock.release()

@@ -24,3 +24,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 # Addresses that only this machine (or a head, of itself) can reach.
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK

@@ -10,17 +10,20 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterable
 
+from ..errors import need
 from .waiting import until
 
 # SIGINT first: `ray up` and `ray down` clean up on it; then TERM, then KILL.
 GENTLE = ((signal.SIGINT, 5.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
 
 
-def stop_group(process: subprocess.Popen[str] | subprocess.Popen[bytes],
-               steps: Iterable[tuple[signal.Signals, float]] = GENTLE) -> None:
-    """Signal the child's whole group, step by step, until the child has exited (and is reaped)."""
+def stop_child_group(process: subprocess.Popen[str] | subprocess.Popen[bytes],
+                     steps: Iterable[tuple[signal.Signals, float]] = GENTLE) -> None:
+    """Our child (leader of its own group): signal its whole group, step by step, until the
+    child has exited; it is reaped through its Popen. For `ray up`, `ray down`, SSH forwards."""
     for sig, wait in steps:
         if process.poll() is not None:
             return
@@ -32,8 +35,27 @@ def stop_group(process: subprocess.Popen[str] | subprocess.Popen[bytes],
             process.wait(wait)
 
 
+def ray_command(*args: str) -> list[str]:
+    """`ray ...` with the Ray installed beside this interpreter (no PATH lookup, no venv that
+    must be activated)."""
+    return [sys.executable, "-m", "ray.scripts.scripts", *args]
+
+
+def names_in_command_line(pid: int, fragment: str) -> bool:
+    """Whether process `pid` runs and has `fragment` in its command line: a pid is ours before
+    we signal it, not a stranger that got the number after ours exited."""
+    need("psutil", "ray")
+    import psutil
+
+    try:
+        return any(fragment in arg for arg in psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
+
+
 def group_alive(pgid: int) -> bool:
     """Whether any process (zombies aside) is still in process group `pgid`."""
+    need("psutil", "ray")
     import psutil
 
     for proc in psutil.process_iter(["status"]):
@@ -49,6 +71,7 @@ def group_alive(pgid: int) -> bool:
 
 def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie counts as gone)."""
+    need("psutil", "ray")
     import psutil
 
     try:
@@ -59,8 +82,10 @@ def alive(pid: int) -> bool:
         return True
 
 
-def stop_process_group(pgid: int, *, timeout: float) -> None:
-    """SIGTERM the group's leader, wait up to `timeout` for the group to go, then SIGKILL it."""
+def stop_group(pgid: int, *, timeout: float) -> None:
+    """A process group whose leader may not be our child (the embedded Ray, started by another
+    command): SIGTERM the leader, which stops the rest itself, wait up to `timeout` for the
+    whole group to go, then SIGKILL what is left."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pgid, signal.SIGTERM)
 
@@ -79,6 +104,7 @@ def stop_process_group(pgid: int, *, timeout: float) -> None:
 def kill_naming(fragment: str) -> None:
     """SIGKILL every process (but this one) with an argument that ends with the path `fragment`
     (`--temp-dir=/tmp/x`) or names something inside it: what a child left outside its group."""
+    need("psutil", "ray")
     import psutil
 
     needle = fragment.rstrip("/")
