@@ -23,7 +23,10 @@ RESULTS_FOLDER = "orchestrate"
 WORKLOADS = ("train",)  # batch prediction and serving come next
 
 # Search domains inside `tune.param_space`: one-key mappings, e.g. {loguniform: [1e-4, 1e-2]}.
-DOMAINS = ("grid_search", "choice", "uniform", "loguniform", "randint")
+# The first take a list of values; the others a [low, high] pair.
+LIST_DOMAINS = ("grid_search", "choice")
+RANGE_DOMAINS = ("uniform", "loguniform", "randint")
+DOMAINS = LIST_DOMAINS + RANGE_DOMAINS
 
 
 class ModelSection(TypedDict):
@@ -98,7 +101,7 @@ def decode(text: str | None) -> JobConfig:
         raise ContractError(f"unsupported config version {found!r} (this orchestrate reads "
                             f"version {CONFIG_VERSION}); submit with the same orchestrate version "
                             f"the cluster runs")
-    workload = data.get("workload", "train")
+    workload = data.setdefault("workload", "train")  # version 1 before workloads: training
     if workload not in WORKLOADS:
         raise ContractError(f"unknown workload {workload!r}; this orchestrate runs "
                             f"{', '.join(WORKLOADS)}")

@@ -20,7 +20,7 @@ from .errors import ClusterError
 from .state import ClusterRecord, State, cluster_key
 from .util import http, ssh
 from .util.ports import free_port
-from .util.processes import stop_group
+from .util.processes import stop_child_group
 from .util.waiting import poll
 
 DIRECT, FORWARD, EMBEDDED = "direct", "ssh-forward", "embedded"
@@ -75,7 +75,7 @@ def forward(auth: Mapping[str, Any], head_ip: str, remote_port: int, *,
         _wait_forward(process, port, head_ip, timeout)
         yield port
     finally:
-        stop_group(process)
+        stop_child_group(process)
         if process.stderr:
             process.stderr.close()
 

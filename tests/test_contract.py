@@ -39,3 +39,7 @@ def test_decode_accepts_its_own_version():
     config = contract.decode(json.dumps({"version": contract.CONFIG_VERSION, "workload": "train",
                                          "name": "x"}))
     assert config["name"] == "x"
+
+
+def test_a_version_1_config_without_a_workload_is_training():
+    assert contract.decode(json.dumps({"version": 1, "name": "x"}))["workload"] == "train"

@@ -22,8 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from . import pick
 
     state = State.here()
-    cluster = pick.cluster(args.cluster, state) if args.cluster else None
-    with jobs_on(cluster, state) as jobs:
+    with jobs_on(pick.optional_cluster(args.cluster, state), state) as jobs:
         rows = [{"job_id": j.submission_id, "status": str(getattr(j.status, "value", j.status)),
                  "experiment": (j.metadata or {}).get("experiment", ""),
                  "start_time": j.start_time, "end_time": j.end_time,

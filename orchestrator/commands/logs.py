@@ -14,11 +14,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..jobs.targets import jobs_of
     from ..state import State
     from . import pick
 
     state = State.here()
-    with pick.jobs_of(args.job, args.cluster, state) as jobs:
+    with jobs_of(args.job, pick.optional_cluster(args.cluster, state), state) as jobs:
         if not args.follow:
             print(jobs.logs(args.job), end="")
             return 0

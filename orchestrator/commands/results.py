@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
-from ..errors import JobError
 from ..output import add_format_argument, emit_json, print_table
 
 
@@ -14,27 +12,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN",
                         help="a run name, a job id, or the run's folder (path or URI)")
     add_format_argument(parser)
-
-
-def find_summary(key: str) -> dict[str, Any]:
-    from ..contract import RESULTS_FOLDER
-    from ..state import State
-    from ..util.uris import is_uri
-    from ..workload import results
-
-    store = State.here().store
-    summary = store.run(key)
-    job = store.job(key)
-    if summary is None and job:
-        summary = store.run(job.get("name") or "")
-    if summary is None and ("/" in key or is_uri(key)):
-        uri = key if is_uri(key) else os.path.abspath(key)
-        data = results.read_bytes(results.join(uri, RESULTS_FOLDER, "summary.json"))
-        summary = json.loads(data) if data else None
-    if summary is None:
-        raise JobError(f"no results for {key!r}",
-                       hint="give a run name from `orchestrate run`, a job id, or a run folder")
-    return summary
 
 
 def show(summary: dict[str, Any], fmt: str = "text") -> None:
@@ -57,5 +34,8 @@ def _number(value: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    show(find_summary(args.run), args.format)
+    from ..jobs.experiment import find_results
+    from ..state import State
+
+    show(find_results(args.run, State.here()), args.format)
     return 0

@@ -35,8 +35,9 @@ def run(args: argparse.Namespace) -> int:
                                     quiet=args.quiet)
     state = State.here()
     started = time.monotonic()
+    plan = experiment.prepare(spec, options)
     with experiment.target(spec, state, keep=options.detach, progress=info) as (jobs, cluster):
-        submission = experiment.submit(spec, jobs, state, cluster, options)
+        submission = experiment.submit(plan, spec, jobs, state, cluster, options)
         job_id = submission.job_id
         if submission.created:
             info(f"submitted job {job_id} to {jobs.endpoint.label}")

@@ -5,28 +5,14 @@ import argparse
 import time
 from typing import Any
 
-from ..errors import ClusterError
 from ..output import add_format_argument, emit_json, print_table
-from ..state import UP, ClusterRecord, State
+from ..state import State
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", metavar="NAME|CLUSTER.yaml",
                         help="one cluster (default: all recorded)")
     add_format_argument(parser)
-
-
-def _live(record: ClusterRecord, state: State) -> dict[str, Any]:
-    from ..cluster.health import probe
-    from ..endpoint import open_cluster
-
-    if record.state != UP:
-        return {"reachable": False, "error": record.message}
-    try:
-        with open_cluster(record, state, timeout=15) as endpoint:
-            return {"reachable": True, "error": None, **probe(endpoint).as_dict()}
-    except ClusterError as exc:
-        return {"reachable": False, "error": exc.message}
 
 
 def _resources(live: dict[str, Any]) -> str:
@@ -36,11 +22,12 @@ def _resources(live: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..cluster import health
     from . import pick
 
     state = State.here()
     records = [pick.cluster(args.name, state)] if args.name else state.store.list_clusters()
-    rows = [{**r.as_dict(), "live": _live(r, state)} for r in records]
+    rows = [{**r.as_dict(), "live": health.live(r, state)} for r in records]
     if args.format == "json":
         emit_json(rows)
         return 0
@@ -52,10 +39,10 @@ def run(args: argparse.Namespace) -> int:
         live = row["live"]
         nodes = live.get("nodes_alive") if live["reachable"] else "-"
         where = row["address"] or (f"ssh {row['head_ip']}" if row["head_ip"] else "-")
-        health = "ok" if live["reachable"] else (live.get("error") or "unreachable")
+        verdict = "ok" if live["reachable"] else (live.get("error") or "unreachable")
         table.append([row["name"], row["provider"], row["state"], nodes, _resources(live),
                       where, time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated_at"])),
-                      health])
+                      verdict])
     print_table(table, ["NAME", "PROVIDER", "STATE", "NODES", "RESOURCES", "ADDRESS", "UPDATED",
                         "HEALTH"])
     return 0

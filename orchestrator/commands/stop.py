@@ -17,6 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .. import embedded
+    from ..jobs.targets import jobs_of
     from ..state import State
     from . import pick
 
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.job:
         raise JobError("name the job to stop", hint="`orchestrate jobs` lists them")
-    with pick.jobs_of(args.job, args.cluster, state) as jobs:
+    with jobs_of(args.job, pick.optional_cluster(args.cluster, state), state) as jobs:
         stopped = jobs.stop(args.job)
         status = jobs.status(args.job)
     info(f"job {args.job}: {'stop requested' if stopped else 'was not running'} ({status})")

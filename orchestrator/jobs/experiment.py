@@ -1,7 +1,8 @@
 """Running an experiment: where its job goes, submitting it once, following it, its results.
 
+    plan = prepare(spec, options)                      # rendered before Ray is touched
     with target(spec, state, keep=detach, progress=...) as (jobs, cluster): ...
-    submission = submit(spec, jobs, state, cluster, options)
+    submission = submit(plan, spec, jobs, state, cluster, options)
     status = jobs.follow(job_id, epoch_printer(quiet, progress))
     summary = results(jobs, job_id, status, ...)      # JobError when the job failed
 
@@ -12,6 +13,8 @@ experiment finds the job it already started instead of starting it twice (`force
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,6 +25,7 @@ from ..errors import JobError
 from ..language.experiment import ExperimentSpec
 from ..render.experiment import JobPlan, digest_directory, render_job
 from ..state import State
+from ..util.uris import is_uri
 from .client import JobsClient
 from .targets import jobs_on, recorded_cluster
 
@@ -50,8 +54,9 @@ def target(spec: ExperimentSpec, state: State, *, keep: bool,
            progress: Progress) -> Iterator[tuple[JobsClient, str | None]]:
     """Jobs on the experiment's cluster, or on the embedded local Ray (kept up if `keep`)."""
     if spec.cluster is not None:
-        with jobs_on(recorded_cluster(spec.cluster.name, state), state) as jobs:
-            yield jobs, spec.cluster.name
+        record = recorded_cluster(spec.cluster.name, state, file=spec.cluster.path)
+        with jobs_on(record, state) as jobs:
+            yield jobs, record.name
         return
     num_workers = int((spec.document.get("scaling_config") or {}).get("num_workers", 1))
     num_cpus = None if num_workers < 3 else num_workers + 2
@@ -60,10 +65,14 @@ def target(spec: ExperimentSpec, state: State, *, keep: bool,
         yield JobsClient(ray.endpoint(state.secrets)), None
 
 
-def submit(spec: ExperimentSpec, jobs: JobsClient, state: State, cluster: str | None,
-           options: RunOptions) -> Submission:
-    plan = render_job(spec, working_dir_digest=digest_directory(spec.working_dir),
+def prepare(spec: ExperimentSpec, options: RunOptions) -> JobPlan:
+    """The job to submit: rendered (and its working_dir hashed) before any Ray is started."""
+    return render_job(spec, working_dir_digest=digest_directory(spec.working_dir),
                       resume=options.resume)
+
+
+def submit(plan: JobPlan, spec: ExperimentSpec, jobs: JobsClient, state: State,
+           cluster: str | None, options: RunOptions) -> Submission:
     job_id = plan.submission_id + (f"-{int(time.time() * 1000):x}" if options.force else "")
     created = jobs.submit(entrypoint=plan.entrypoint, runtime_env=plan.runtime_env,
                           submission_id=job_id, metadata={"experiment": spec.name})
@@ -102,6 +111,25 @@ def results(jobs: JobsClient, submission: Submission, status: str, started: floa
     for key in {summary.get("name"), run_name}:  # the run, and the latest of its name
         if key:
             state.store.record_run(key, summary, submission.job_id)
+    return summary
+
+
+def find_results(key: str, state: State) -> dict[str, Any]:
+    """A run's summary by run name, job id (what this machine recorded), or the run's folder
+    (a path or URI, read where the run wrote it); JobError when there is none."""
+    from ..workload import results as files
+
+    summary = state.store.run(key)
+    job = state.store.job(key)
+    if summary is None and job:
+        summary = state.store.run(job.get("name") or "")
+    if summary is None and ("/" in key or is_uri(key)):
+        uri = key if is_uri(key) else os.path.abspath(key)
+        data = files.read_bytes(files.join(uri, contract.RESULTS_FOLDER, "summary.json"))
+        summary = json.loads(data) if data else None
+    if summary is None:
+        raise JobError(f"no results for {key!r}",
+                       hint="give a run name from `orchestrate run`, a job id, or a run folder")
     return summary
 
 

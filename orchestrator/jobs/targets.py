@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 
 from .. import embedded
 from ..endpoint import open_cluster
@@ -12,9 +13,13 @@ from ..state import ClusterRecord, State
 from .client import JobsClient
 
 
-def recorded_cluster(name: str, state: State) -> ClusterRecord:
-    """The record of cluster `name`, or ClusterError listing the known ones."""
+def recorded_cluster(name: str, state: State, *, file: Path | None = None) -> ClusterRecord:
+    """The record of cluster `name` (or of the one launched from `file`, if its name was changed
+    since), or ClusterError listing the known ones."""
     record = state.store.read_cluster(name)
+    if record is None and file is not None:
+        absolute = str(file.resolve())
+        record = next((r for r in state.store.list_clusters() if r.file == absolute), None)
     if record is None:
         known = ", ".join(r.name for r in state.store.list_clusters()) or "none"
         raise ClusterError(f"no cluster {name!r} is recorded (known: {known})",
@@ -36,6 +41,12 @@ def jobs_on(cluster: ClusterRecord | None, state: State) -> Iterator[JobsClient]
     yield JobsClient(ray.endpoint(state.secrets))
 
 
-def cluster_of_job(job_id: str, state: State) -> str | None:
-    """The cluster this machine submitted `job_id` to (None: the local Ray, or unknown)."""
-    return (state.store.job(job_id) or {}).get("cluster")
+@contextlib.contextmanager
+def jobs_of(job_id: str, cluster: ClusterRecord | None, state: State) -> Iterator[JobsClient]:
+    """For logs/stop: the given cluster, else the one this machine submitted the job to, else
+    the local Ray."""
+    if cluster is None:
+        name = (state.store.job(job_id) or {}).get("cluster")
+        cluster = recorded_cluster(name, state) if name else None
+    with jobs_on(cluster, state) as jobs:
+        yield jobs

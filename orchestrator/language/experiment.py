@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..contract import DOMAINS
+from ..contract import DOMAINS, LIST_DOMAINS
 from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
 from ..util.uris import is_uri
@@ -116,7 +116,7 @@ def _domain_problems(doc: Document, value: Any, path: FieldPath) -> list[Problem
         return [doc.problem(path, f"a search domain is a one-key mapping like {{{kind}: ...}}; "
                             f"found keys {', '.join(map(str, value))}")]
     args, where = value[kind], path + (kind,)
-    if kind in ("grid_search", "choice"):
+    if kind in LIST_DOMAINS:
         if not isinstance(args, list) or not args:
             return [doc.problem(where, f"{kind} needs a non-empty list of values")]
         return []

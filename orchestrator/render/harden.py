@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..providers import Provider
-from ..util.ports import LOOPBACK
+from ..util.ports import is_loopback
 
 REMOTE_TOKEN_PATH = "~/.ray/auth_token"
 AUTH_ENV = "export RAY_AUTH_MODE=token; "
@@ -38,7 +38,7 @@ class Dashboard:
     @property
     def tunneled(self) -> bool:
         """Only on the head's loopback: reached through an SSH forward."""
-        return self.host in LOOPBACK
+        return is_loopback(self.host)
 
 
 def harden_ray_config(config: dict[str, Any], *, provider: Provider,

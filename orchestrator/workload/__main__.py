@@ -27,9 +27,12 @@ def main() -> int:
 
 
 def run(config: contract.JobConfig) -> dict[str, Any]:
-    from .train import train
+    """The configuration's workload (`contract.WORKLOADS`; decode has refused any other)."""
+    if config["workload"] == "train":
+        from .train import train
 
-    return train(config)
+        return train(config)
+    raise contract.ContractError(f"no workload {config['workload']!r} in this orchestrate")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Renderers against golden files, and rendered clusters against Ray's own config checks.
 
-Golden files live in tests/language/golden/, one per example file; a behaviour change shows as a
+Golden files live in tests/render/golden/, one per example file; a behaviour change shows as a
 diff of a golden file. Regenerate after an intended change with:
-    UPDATE_GOLDEN=1 python -m pytest tests/language/test_render.py
+    UPDATE_GOLDEN=1 python -m pytest tests/render/test_render.py
 """
 import json
 import os

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from ...contract import DOMAINS, JobConfig, TuneSection
+from ...contract import DOMAINS, LIST_DOMAINS, JobConfig, TuneSection
 from .. import results
 
 
@@ -21,7 +21,7 @@ def search_space(value: Any) -> Any:
         if len(value) == 1 and next(iter(value)) in DOMAINS:
             kind, args = next(iter(value.items()))
             domain = getattr(tune, kind)
-            return domain(args) if kind in ("grid_search", "choice") else domain(*args)
+            return domain(args) if kind in LIST_DOMAINS else domain(*args)
         return {k: search_space(v) for k, v in value.items()}
     return value
 
