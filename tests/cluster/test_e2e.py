@@ -108,6 +108,45 @@ def test_ssh_cluster_fixture_is_usable(ssh_cluster):
     assert ssh_cluster.name in text and " up " in text
 
 
+def test_moving_the_head_replaces_the_cluster(make_machine, tmp_path):
+    """A change of where the cluster lives (here the on-prem head's address) is a `replace`:
+    the old cluster goes down with the config it was launched with, then the new one comes up,
+    so no Ray is left on the old head."""
+    machine = make_machine()
+    first, second, third = machine.ips
+    handle = launch(machine, tmp_path / "home", f"mv-{machine.user.name}")
+    try:
+        old_gcs = machine.user.ray_pids("gcs_server")
+        assert len(old_gcs) == 1
+        config = yaml.safe_load(handle.file.read_text())
+        config["provider"].update(head_ip=second, worker_ips=[first, third])
+        config["worker_start_ray_commands"] = [
+            command.replace(f"--address={first}:", "--address=$RAY_HEAD_IP:")
+            for command in config["worker_start_ray_commands"]]
+        handle.file.write_text(yaml.safe_dump(config))
+
+        moved = handle.cli("up", str(handle.file), "-y", "--format", "json")
+        assert moved.returncode == 0, moved.stderr
+        result = json.loads(moved.stdout)
+        assert result["action"] == "replaced"
+        assert result["plan"]["reason"] == "provider.head_ip changed: a new cluster"
+        assert result["plan"]["jobs_survive"] is False
+        assert "tearing down cluster" in moved.stderr
+        assert result["head_ip"] == second and result["address"].startswith(f"http://{second}:")
+        assert result["health"]["nodes_alive"] == 3
+        new_gcs = machine.user.ray_pids("gcs_server")
+        assert len(new_gcs) == 1 and not new_gcs & old_gcs  # the old head's Ray is gone
+
+        status = json.loads(handle.cli("status", "--format", "json").stdout)[0]
+        assert status["head_ip"] == second and status["live"]["nodes_alive"] == 3
+        assert status["live"]["node_ips"] == sorted(machine.ips)
+    finally:
+        tear_down(handle)
+    assert handle.record() is None
+    assert wait_until(lambda: not machine.user.ray_pids("ray|gcs_server|raylet"), 30), \
+        "Ray processes of the cluster are still running after down"
+
+
 def wait_until(predicate, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
