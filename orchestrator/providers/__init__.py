@@ -17,7 +17,6 @@ otherwise ask login.microsoftonline.com about a custom AZURE_AUTHORITY_HOST).
 """
 from __future__ import annotations
 
-import logging
 from typing import Protocol
 
 from ..errors import MissingDependency, PreflightError
@@ -26,10 +25,6 @@ from .base import FAIL, OK, WARN, CheckResult, ClusterView, Provider
 
 PROVIDERS: dict[str, Provider] = {aws.NAME: aws, gcp.NAME: gcp, azure.NAME: azure, local.NAME: local}
 
-# The SDKs log retries and credential-chain failures as warnings; with no logging set up those
-# would reach the terminal. Preflight reports them as results instead.
-for _name in ("azure", "botocore", "boto3", "google", "urllib3"):
-    logging.getLogger(_name).addHandler(logging.NullHandler())
 
 __all__ = ["CheckResult", "PROVIDERS", "Provider", "OK", "WARN", "FAIL", "get", "check_cluster",
            "ensure_ready", "check_credentials", "failures"]
@@ -49,8 +44,20 @@ def get(name: str) -> Provider:
                              hint=f"providers: {', '.join(PROVIDERS)}") from None
 
 
+def _quiet_sdks() -> None:
+    """The SDKs log retries and credential-chain failures as warnings; with no logging set up
+    those would reach the terminal. Preflight reports them as results instead."""
+    import logging
+
+    for name in ("azure", "botocore", "boto3", "google", "urllib3"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
+
+
 def check_cluster(spec: SpecWithProvider) -> list[CheckResult]:
     """Every check for one cluster spec; raises MissingDependency when its SDK is missing."""
+    _quiet_sdks()
     return list(get(spec.provider).check(spec))
 
 
@@ -79,6 +86,7 @@ def ensure_ready(spec: SpecWithProvider) -> list[CheckResult]:
 
 def check_credentials() -> list[CheckResult]:
     """One row per provider: ok when its credentials work, warn (with how to fix) when not."""
+    _quiet_sdks()
     rows = []
     for name, provider in PROVIDERS.items():
         try:

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import shutil
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..errors import Problem
-from ..util import ssh
 from ..yamlload import Document
 from .base import OK, WARN, CheckResult, Checks, ClusterView, Config, FieldPath, Progress
 
@@ -114,6 +111,10 @@ def launcher_env() -> dict[str, str]:
 
 def after_down(config: Config, progress: Progress) -> list[str]:
     """`ray down` stops Ray on the head only; on-premise workers keep running without this."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..util import ssh
+
     auth = config.get("auth") or {}
     workers = [str(ip) for ip in (config.get("provider") or {}).get("worker_ips") or []]
 
@@ -132,6 +133,8 @@ def after_down(config: Config, progress: Progress) -> list[str]:
 
 
 def credentials() -> CheckResult:
+    import shutil
+
     ssh = shutil.which("ssh")
     if ssh:
         return CheckResult("local ssh", OK, f"ssh client at {ssh}")
@@ -139,6 +142,8 @@ def credentials() -> CheckResult:
 
 
 def _answers(host: str, auth: Config) -> tuple[bool, str]:
+    from ..util import ssh
+
     try:
         ssh.run(auth, host, "true", timeout=TIMEOUT + 5, connect_timeout=TIMEOUT,
                 login_shell=False)
@@ -148,6 +153,9 @@ def _answers(host: str, auth: Config) -> tuple[bool, str]:
 
 
 def check(spec: ClusterView) -> list[CheckResult]:
+    import shutil
+    from concurrent.futures import ThreadPoolExecutor
+
     checks = Checks(spec)
     provider = spec.document.get("provider") or {}
     auth = spec.document.get("auth") or {}

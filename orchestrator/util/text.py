@@ -1,11 +1,12 @@
 """Suggestions for a misspelt word, used by the spec checks and the provider preflight."""
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
 def close_matches(word: str, choices: Iterable[object], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    import difflib  # only when something is misspelt
+
     return difflib.get_close_matches(str(word), sorted({str(c) for c in choices}), n=n,
                                      cutoff=cutoff)
 
