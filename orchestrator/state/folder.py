@@ -22,7 +22,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import __version__
 from ..errors import ClusterError
@@ -149,7 +149,7 @@ class FolderStore:
             raise ClusterError(f"the rendered config {self.rendered_path(name)} is {problem}",
                                hint=f"`orchestrate up` of the cluster's YAML writes it again; "
                                     f"remove {self.cluster_dir(name)} once the cluster is gone")
-        return data  # type: ignore[no-any-return]  # checked to be a dict
+        return cast(dict[str, Any] | None, data)  # checked to be a dict above
 
     def write_rendered(self, name: str, config: dict[str, Any]) -> Path:
         self._make_folder(name)
@@ -169,7 +169,7 @@ class FolderStore:
     def _read_entry(self, kind: str, key: str) -> dict[str, Any] | None:
         data, _problem = read_json(self._entry(kind, key),
                                    lambda data: None if isinstance(data, dict) else "not an object")
-        return data  # type: ignore[no-any-return]  # a damaged entry reads as none
+        return cast(dict[str, Any] | None, data)  # checked to be a dict; damaged reads as None
 
     def record_job(self, job_id: str, *, cluster: str | None, experiment: str,
                    name: str) -> None:
