@@ -14,6 +14,7 @@ into output and exit codes (1 for these, 130 for Ctrl-C, 3 for a bug). Library e
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 
@@ -92,12 +93,16 @@ class MissingDependency(OrchestrateError):
         self.extra = extra
 
 
-def need(package: str, extra: str) -> None:
-    """Raise MissingDependency unless `package` can be imported; call it before the import."""
-    import importlib.util
+def require(module: str, package: str, extra: str) -> ModuleType:
+    """Import an optional module (a cloud SDK; filelock and psutil from the `ray` extra), or
+    raise MissingDependency naming the pip extra. Callers that want the module's own types
+    call this first and then import it by name."""
+    import importlib
 
-    if importlib.util.find_spec(package) is None:
-        raise MissingDependency(package, extra)
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingDependency(package, extra) from exc
 
 
 class PreflightError(OrchestrateError):

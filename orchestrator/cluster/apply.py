@@ -23,7 +23,7 @@ from ..language.cluster import ClusterSpec
 from ..render.cluster import RenderedCluster, render_cluster
 from ..state import FAILED, INTERRUPTED, LAUNCHING, STOPPING, UP, ClusterRecord, State, cluster_key
 from ..util.waiting import poll
-from .health import Health, probe
+from .health import Health, probe, probe_cluster
 from .plan import Action, ClusterPlan, Recorded, plan_cluster
 
 Progress = Callable[[str], None]
@@ -73,8 +73,7 @@ def refresh(record: ClusterRecord | None, state: State, progress: Progress) -> H
     if record is None or record.state != UP:
         return None
     try:
-        with open_cluster(record, state, timeout=15) as endpoint:
-            return probe(endpoint)
+        return probe_cluster(record, state)
     except ClusterError as exc:
         progress(f"cluster {record.name} is recorded as up but {exc.message}")
         return None

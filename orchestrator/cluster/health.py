@@ -57,12 +57,17 @@ def probe(endpoint: Endpoint, *, timeout: float = 5) -> Health:
     )
 
 
-def live(record: ClusterRecord, state: State, *, timeout: float = 15) -> dict[str, Any]:
+def probe_cluster(record: ClusterRecord, state: State, *, timeout: float = 15) -> Health:
+    """Reach a recorded cluster (an SSH forward on clouds) and probe it; ClusterError if not."""
+    with open_cluster(record, state, timeout=timeout) as endpoint:
+        return probe(endpoint)
+
+
+def live(record: ClusterRecord, state: State) -> dict[str, Any]:
     """For `status`: whether the cluster answers, and its health, or why not."""
     if record.state != UP:
         return {"reachable": False, "error": record.message}
     try:
-        with open_cluster(record, state, timeout=timeout) as endpoint:
-            return {"reachable": True, "error": None, **probe(endpoint).as_dict()}
+        return {"reachable": True, "error": None, **probe_cluster(record, state).as_dict()}
     except ClusterError as exc:
         return {"reachable": False, "error": exc.message}

@@ -5,29 +5,22 @@ from pathlib import Path
 
 from ..errors import ClusterError
 from ..state import ClusterRecord, State
-from ..state.folder import is_valid_name
 
 
 def cluster(argument: str, state: State) -> ClusterRecord:
     """The record for a cluster name or the path of its YAML file."""
-    if is_valid_name(argument):  # a corrupted record is reported, not skipped
-        record = state.store.read_cluster(argument)
-        if record is not None:
-            return record
-    path = Path(argument).expanduser()
-    if path.is_file():
-        absolute = str(path.resolve())
-        for record in state.store.list_clusters():
-            if record.file == absolute:
-                return record
-        from ..language.cluster import load_cluster
+    from ..jobs.targets import recorded_cluster
 
-        found = state.store.read_cluster(load_cluster(path).name)
-        if found is not None:
-            return found
-    known = ", ".join(r.name for r in state.store.list_clusters()) or "none"
-    raise ClusterError(f"no cluster {argument!r} is recorded (known: {known})",
-                       hint="start it with `orchestrate up CLUSTER.yaml`")
+    path = Path(argument).expanduser()
+    file = path if path.is_file() else None
+    try:  # a corrupted record is reported, not skipped
+        return recorded_cluster(state, name=argument, file=file)
+    except ClusterError:
+        if file is None:
+            raise
+    from ..language.cluster import load_cluster  # a file moved since `up`: its name says which
+
+    return recorded_cluster(state, name=load_cluster(file).name, asked=argument)
 
 
 def only_cluster(state: State, verb: str) -> ClusterRecord:

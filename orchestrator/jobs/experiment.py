@@ -54,7 +54,7 @@ def target(spec: ExperimentSpec, state: State, *, keep: bool,
            progress: Progress) -> Iterator[tuple[JobsClient, str | None]]:
     """Jobs on the experiment's cluster, or on the embedded local Ray (kept up if `keep`)."""
     if spec.cluster is not None:
-        record = recorded_cluster(spec.cluster.name, state, file=spec.cluster.path)
+        record = recorded_cluster(state, name=spec.cluster.name, file=spec.cluster.path)
         with jobs_on(record, state) as jobs:
             yield jobs, record.name
         return

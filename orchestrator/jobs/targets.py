@@ -10,19 +10,21 @@ from .. import embedded
 from ..endpoint import open_cluster
 from ..errors import ClusterError, JobError
 from ..state import ClusterRecord, State
+from ..state.folder import is_valid_name
 from .client import JobsClient
 
 
-def recorded_cluster(name: str, state: State, *, file: Path | None = None) -> ClusterRecord:
-    """The record of cluster `name` (or of the one launched from `file`, if its name was changed
-    since), or ClusterError listing the known ones."""
-    record = state.store.read_cluster(name)
+def recorded_cluster(state: State, *, name: str | None = None, file: Path | None = None,
+                     asked: str | None = None) -> ClusterRecord:
+    """The record of cluster `name`, else of the one launched from `file` (its name may have
+    changed since), else ClusterError listing the known ones (naming `asked`, or `name`)."""
+    record = state.store.read_cluster(name) if name and is_valid_name(name) else None
     if record is None and file is not None:
         absolute = str(file.resolve())
         record = next((r for r in state.store.list_clusters() if r.file == absolute), None)
     if record is None:
         known = ", ".join(r.name for r in state.store.list_clusters()) or "none"
-        raise ClusterError(f"no cluster {name!r} is recorded (known: {known})",
+        raise ClusterError(f"no cluster {asked or name!r} is recorded (known: {known})",
                            hint="start it with `orchestrate up CLUSTER.yaml`")
     return record
 
@@ -47,6 +49,6 @@ def jobs_of(job_id: str, cluster: ClusterRecord | None, state: State) -> Iterato
     the local Ray."""
     if cluster is None:
         name = (state.store.job(job_id) or {}).get("cluster")
-        cluster = recorded_cluster(name, state) if name else None
+        cluster = recorded_cluster(state, name=name) if name else None
     with jobs_on(cluster, state) as jobs:
         yield jobs

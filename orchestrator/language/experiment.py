@@ -29,6 +29,8 @@ TUNABLE_SECTIONS = ("train_loop_config", "params", "num_boost_round", "scaling_c
 # Scalers without `columns` apply to every feature column; these need them named.
 NEEDS_COLUMNS = {"Categorizer", "OneHotEncoder", "OrdinalEncoder", "MultiHotEncoder", "Tokenizer",
                  "FeatureHasher", "Concatenator"}
+
+
 @dataclass(frozen=True)
 class ExperimentSpec:
     path: Path

@@ -1,4 +1,6 @@
-"""AWS preflight through boto3: credentials, region, zones, instance types, AMIs, key pairs, quotas.
+"""`aws`: what orchestrate knows about Ray's AWS provider (the shorthand's EC2 node config, what
+forces a new cluster) and its preflight through boto3: credentials, region, zones, instance
+types, AMIs, key pairs, quotas.
 
 boto3 honours AWS_ENDPOINT_URL (and AWS_ENDPOINT_URL_<SERVICE>), which is how the tests point it
 at a moto server on loopback.
@@ -9,7 +11,7 @@ import os
 import re
 from typing import Any
 
-from ..errors import Problem
+from ..errors import Problem, require
 from ..yamlload import Document
 from . import cloud
 from .base import (
@@ -24,13 +26,13 @@ from .base import (
     listing,
     node_path,
     node_types,
-    require,
     sdk_message,
     suggest,
     worst_case,
 )
 
 NAME = "aws"
+EXTRA = "aws"
 # Provider fields Ray's AWS provider reads.
 KEYS = ("region", "availability_zone", "security_group", "aws_credentials", "cloudwatch")
 REQUIRED = ("region",)
@@ -68,7 +70,7 @@ def node_config(group: Config) -> Config:
 def check(spec: ClusterView) -> list[CheckResult]:
     return _checks(spec) + cloud.node_types_note(spec, NAME)
 
-EXTRA = "aws"
+
 CREDENTIALS_HINT = "run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
 
 # Service Quotas codes of the vCPU limits, by instance family letters: (on-demand, spot).

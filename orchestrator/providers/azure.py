@@ -1,5 +1,7 @@
-"""Azure preflight through azure-identity and azure-mgmt-*: credentials, subscription, location,
-VM sizes (resource SKUs with their restrictions) and regional vCPU quotas.
+"""`azure`: what orchestrate knows about Ray's Azure provider (the shorthand's ARM parameters,
+what forces a new cluster) and its preflight through azure-identity and azure-mgmt-*:
+credentials, subscription, location, VM sizes (resource SKUs with their restrictions) and
+regional vCPU quotas.
 
 Credentials: DefaultAzureCredential (environment, workload identity, managed identity, Azure
 CLI ...; AZURE_TOKEN_CREDENTIALS narrows the chain). ORCHESTRATE_AZURE_ENDPOINT sets the Resource
@@ -11,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, cast
 
-from ..errors import Problem
+from ..errors import Problem, require
 from ..yamlload import Document
 from . import cloud
 from .base import (
@@ -25,13 +27,13 @@ from .base import (
     compare_quota,
     node_path,
     node_types,
-    require,
     sdk_message,
     suggest,
     worst_case,
 )
 
 NAME = "azure"
+EXTRA = "azure"
 # Provider fields Ray's Azure provider reads.
 KEYS = ("location", "resource_group", "subscription_id", "msi_identity_id",
         "msi_identity_principal_id", "subnet_id", "tags", "unique_id", "use_external_head_ip")
@@ -72,7 +74,7 @@ def node_config(group: Config) -> Config:
 def check(spec: ClusterView) -> list[CheckResult]:
     return _checks(spec) + cloud.node_types_note(spec, NAME)
 
-EXTRA = "azure"
+
 SCOPE = "https://management.azure.com/.default"
 CREDENTIALS_HINT = ("run `az login`, or set AZURE_TENANT_ID, AZURE_CLIENT_ID and "
                     "AZURE_CLIENT_SECRET for a service principal")

@@ -8,15 +8,13 @@ asks the module. SDKs are imported inside the functions that use them; a missing
 """
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
-from ..errors import MissingDependency, Problem
+from ..errors import Problem
 from ..util.text import close_matches
 from ..yamlload import Document
 
@@ -149,9 +147,7 @@ class Checks:
 
     def add(self, status: str, name: str, detail: str, hint: str | None = None,
             path: FieldPath = ()) -> CheckResult:
-        line: int | None = None
-        if path and hasattr(self.spec, "line_of"):
-            line = self.spec.line_of(tuple(path))
+        line = self.spec.line_of(tuple(path)) if path else None
         result = CheckResult(name, status, detail, hint, ".".join(str(p) for p in path), line)
         self.results.append(result)
         return result
@@ -168,14 +164,6 @@ class Checks:
     @property
     def failed(self) -> bool:
         return any(r.status == FAIL for r in self.results)
-
-
-def require(module: str, package: str, extra: str) -> ModuleType:
-    """Import an optional SDK module, or raise MissingDependency naming the pip extra."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingDependency(package, extra) from exc
 
 
 def node_types(document: Config) -> list[tuple[str, Config]]:

@@ -1,5 +1,7 @@
-"""GCP preflight through google-cloud-compute: credentials, project, region and zone, machine and
-accelerator types, source images, regional CPU/GPU quotas.
+"""`gcp`: what orchestrate knows about Ray's GCP provider (zone within region, resource names,
+the shorthand's Compute Engine node config, what forces a new cluster) and its preflight through
+google-cloud-compute: credentials, project, region and zone, machine and accelerator types,
+source images, regional CPU/GPU quotas.
 
 Credentials come from Application Default Credentials (google.auth.default). The Compute Engine
 endpoint can be changed with ORCHESTRATE_GCP_ENDPOINT (e.g. a private endpoint, or the tests'
@@ -11,7 +13,7 @@ import os
 import re
 from typing import Any
 
-from ..errors import Problem
+from ..errors import Problem, require
 from ..yamlload import Document
 from . import cloud
 from .base import (
@@ -26,13 +28,13 @@ from .base import (
     listing,
     node_path,
     node_types,
-    require,
     sdk_message,
     suggest,
     worst_case,
 )
 
 NAME = "gcp"
+EXTRA = "gcp"
 # Provider fields Ray's GCP provider reads.
 KEYS = ("region", "availability_zone", "project_id", "gcp_credentials")
 REQUIRED = ("region", "availability_zone", "project_id")
@@ -90,7 +92,7 @@ def node_config(group: Config) -> Config:
 def check(spec: ClusterView) -> list[CheckResult]:
     return _checks(spec) + cloud.node_types_note(spec, NAME)
 
-EXTRA = "gcp"
+
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 TIMEOUT = 20.0
 CREDENTIALS_HINT = ("run `gcloud auth application-default login`, or set "

@@ -5,11 +5,11 @@ $ORCHESTRATE_HOME; commands call it once and hand it down.
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .folder import FolderStore, home
+from ..errors import ClusterError
+from .folder import FolderStore, home, is_valid_name
 from .secrets import FileSecrets
 from .store import (
     FAILED,
@@ -46,16 +46,9 @@ def _adopt_old_tokens(root: Path, secrets: FileSecrets) -> None:
     local-ray/auth_token). Move them into the SecretStore once, so that clusters (and a kept
     local Ray) started before an upgrade keep the token they run with."""
     old = [(path, cluster_key(path.parent.name))
-           for path in (root / "clusters").glob("*/auth_token")]
-    old.append((root / "local-ray" / "auth_token", "local-ray"))
+           for path in (root / "clusters").glob("*/auth_token") if is_valid_name(path.parent.name)]
+    old.append((root / "local-ray" / "auth_token", "local-ray"))  # embedded.TOKEN_KEY
     for path, key in old:
-        if not path.is_file():
-            continue
-        target = secrets.path(key)
-        with contextlib.suppress(OSError):  # unreadable here: left where it is, reported later
-            if not target.exists():
-                secrets.ensure(key)  # the private folders, then the old token over it
-                os.replace(path, target)
-                os.chmod(target, 0o600)
-            else:
-                path.unlink()
+        if path.is_file():
+            with contextlib.suppress(OSError, ClusterError):  # left where it is; reported later
+                secrets.adopt(key, path)

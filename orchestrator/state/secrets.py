@@ -50,6 +50,15 @@ class FileSecrets:
         os.chmod(path, 0o600)
         return path
 
+    def adopt(self, key: str, source: Path) -> None:
+        """Move an existing token file in as `key` (unless `key` has one: then drop `source`)."""
+        path = self._folder_for(key)
+        if path.exists():
+            source.unlink()
+            return
+        os.replace(source, path)
+        os.chmod(path, 0o600)
+
     def replace(self, key: str) -> Path:
         path = self._folder_for(key)
         atomic_write(path, new_token(), mode=0o600)

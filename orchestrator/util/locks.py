@@ -8,7 +8,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import need
+from ..errors import require
 
 
 class Busy(Exception):
@@ -23,7 +23,7 @@ class Busy(Exception):
 def held(path: Path, *, action: str, timeout: float = 0) -> Iterator[None]:
     """Hold the lock at `path` for the block. `timeout` 0: raise Busy at once if it is taken;
     below 0: wait as long as it takes."""
-    need("filelock", "ray")
+    require("filelock", "filelock", "ray")
     import filelock
 
     lock = filelock.FileLock(str(path), timeout=timeout, mode=0o600)

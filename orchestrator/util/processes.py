@@ -13,7 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 
-from ..errors import need
+from ..errors import require
 from .waiting import until
 
 # SIGINT first: `ray up` and `ray down` clean up on it; then TERM, then KILL.
@@ -44,7 +44,7 @@ def ray_command(*args: str) -> list[str]:
 def names_in_command_line(pid: int, fragment: str) -> bool:
     """Whether process `pid` runs and has `fragment` in its command line: a pid is ours before
     we signal it, not a stranger that got the number after ours exited."""
-    need("psutil", "ray")
+    require("psutil", "psutil", "ray")
     import psutil
 
     try:
@@ -55,7 +55,7 @@ def names_in_command_line(pid: int, fragment: str) -> bool:
 
 def group_alive(pgid: int) -> bool:
     """Whether any process (zombies aside) is still in process group `pgid`."""
-    need("psutil", "ray")
+    require("psutil", "psutil", "ray")
     import psutil
 
     for proc in psutil.process_iter(["status"]):
@@ -71,7 +71,7 @@ def group_alive(pgid: int) -> bool:
 
 def alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie counts as gone)."""
-    need("psutil", "ray")
+    require("psutil", "psutil", "ray")
     import psutil
 
     try:
@@ -104,7 +104,7 @@ def stop_group(pgid: int, *, timeout: float) -> None:
 def kill_naming(fragment: str) -> None:
     """SIGKILL every process (but this one) with an argument that ends with the path `fragment`
     (`--temp-dir=/tmp/x`) or names something inside it: what a child left outside its group."""
-    need("psutil", "ray")
+    require("psutil", "psutil", "ray")
     import psutil
 
     needle = fragment.rstrip("/")
