@@ -47,10 +47,13 @@ def main() -> int:
         for name, command in COMMANDS.items():
             samples[name].append(time_once(command))
     baseline = statistics.median(samples["baseline: import yaml, jsonschema"])
-    print(f"{'command':40} {'median ms':>10} {'ratio':>7}")
+    print(f"{'command':40} {'min ms':>8} {'median ms':>10} {'max ms':>8} {'ratio':>7}")
     for name, values in samples.items():
         median = statistics.median(values)
-        print(f"{name:40} {median * 1000:10.1f} {median / baseline:7.2f}")
+        print(f"{name:40} {min(values) * 1000:8.1f} {median * 1000:10.1f} {max(values) * 1000:8.1f} "
+              f"{median / baseline:7.2f}")
+    print(f"ratio: median / the baseline's median, {args.runs} runs each; reproduce: "
+          f"{sys.executable} benchmarks/cold_start.py --runs {args.runs}")
     return 0
 
 
