@@ -11,7 +11,7 @@ Out: one line per epoch, `EPOCH_MARK {json}`, and at the end `RESULT_MARK {json}
 from __future__ import annotations
 
 import json
-from typing import Any, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast
 
 CONFIG_ENV = "ORCHESTRATE_EXPERIMENT"
 CONFIG_VERSION = 1
@@ -38,6 +38,7 @@ class DatasetSection(TypedDict, total=False):
     format: str                     # parquet | csv | json | numpy
     path: str                       # URI, absolute, or relative to the job's working_dir
     read_options: dict[str, Any]
+    cache: bool | Literal["auto"]   # materialise the preprocessed split in the object store
 
 
 class _ScalingRequired(TypedDict):

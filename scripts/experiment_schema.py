@@ -71,6 +71,11 @@ def build() -> dict:
                 "type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$",
                 "x-message": "expected 'module:function', e.g. 'train:train_loop'"},
             "working_dir": {"type": "string", "minLength": 1},
+            "runtime_env": {
+                "type": "object", "additionalProperties": False,
+                "properties": {"excludes": {**STR_LIST, "description": (
+                    "gitignore-style patterns, relative to working_dir, of files not to ship "
+                    "with the job (added to orchestrate's defaults)")}}},
             "data_loader": {"type": "string", "enum": ["ray_data", "torch"]},
             "datasets": {
                 "type": "object", "minProperties": 1, "additionalProperties": False,
@@ -80,6 +85,9 @@ def build() -> dict:
                         "format": {"type": "string", "enum": DATASET_FORMATS},
                         "path": {"type": "string", "minLength": 1},
                         "read_options": {"type": "object"},
+                        "cache": {"enum": [True, False, "auto"],
+                                  "x-message": "expected true, false or auto (cache the "
+                                               "preprocessed split in Ray's object store)"},
                     }}},
             },
             "label_column": {"type": "string", "minLength": 1},

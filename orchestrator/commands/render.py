@@ -26,9 +26,9 @@ def render_document(spec: ClusterSpec | ExperimentSpec) -> dict[str, Any]:
         token_file = State.here().secrets.path(cluster_key(spec.name))
         return render_cluster(spec, token_file=str(token_file)).config
     from ..contract import CONFIG_ENV
-    from ..render.experiment import digest_directory, render_job
+    from ..render.experiment import render_job, ship
 
-    plan = render_job(spec, working_dir_digest=digest_directory(spec.working_dir))
+    plan = render_job(spec, ship(spec))
     shown = plan.as_dict()
     env = dict(shown["runtime_env"]["env_vars"])
     env[CONFIG_ENV] = "<the config below, as JSON>"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..output import add_format_argument, info
+from ..output import add_format_argument, emit_json, info
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
                                     quiet=args.quiet)
     state = State.here()
     started = time.monotonic()
-    plan = experiment.prepare(spec, options)
+    plan = experiment.prepare(spec, options, info)
     with experiment.target(spec, state, keep=options.detach, progress=info) as (jobs, cluster):
         submission = experiment.submit(plan, spec, jobs, state, cluster, options)
         job_id = submission.job_id
@@ -48,7 +48,11 @@ def run(args: argparse.Namespace) -> int:
         if options.detach:
             info(f"follow it: orchestrate logs --follow {job_id}\n"
                  f"stop it:   orchestrate stop {job_id}")
-            print(job_id)
+            if args.format == "json":
+                emit_json({"job_id": job_id, "created": submission.created,
+                           "cluster": submission.cluster})
+            else:
+                print(job_id)
             return 0
         try:
             status = jobs.follow(job_id, experiment.epoch_printer(options.quiet, info))

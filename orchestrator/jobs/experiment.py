@@ -1,6 +1,6 @@
 """Running an experiment: where its job goes, submitting it once, following it, its results.
 
-    plan = prepare(spec, options)                      # rendered before Ray is touched
+    plan = prepare(spec, options, progress)            # rendered before Ray is touched
     with target(spec, state, keep=detach, progress=...) as (jobs, cluster): ...
     submission = submit(plan, spec, jobs, state, cluster, options)
     status = jobs.follow(job_id, epoch_printer(quiet, progress))
@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import contract, embedded
-from ..errors import JobError
+from ..errors import JobError, Problem, SpecError
 from ..language.experiment import ExperimentSpec
-from ..render.experiment import JobPlan, digest_directory, render_job
+from ..render.experiment import JobPlan, render_job, ship
 from ..state import State
+from ..util import workdir
 from ..util.uris import is_uri
 from .client import JobsClient
 from .targets import jobs_on, recorded_cluster
@@ -65,10 +66,27 @@ def target(spec: ExperimentSpec, state: State, *, keep: bool,
         yield JobsClient(ray.endpoint(state.secrets)), None
 
 
-def prepare(spec: ExperimentSpec, options: RunOptions) -> JobPlan:
-    """The job to submit: rendered (and its working_dir hashed) before any Ray is started."""
-    return render_job(spec, working_dir_digest=digest_directory(spec.working_dir),
-                      resume=options.resume)
+def prepare(spec: ExperimentSpec, options: RunOptions, progress: Progress) -> JobPlan:
+    """The job to submit, rendered before any Ray is started; says how much of the working_dir
+    it ships, warns when that is more than code usually is, refuses what Ray would refuse."""
+    shipped = ship(spec)
+    size = f"{len(shipped.files)} files, {_size(shipped.size)}"
+    largest = ", ".join(f"{name} {_size(bytes_)}" for name, bytes_ in shipped.largest())
+    hint = (f"leave out data and results with runtime_env.excludes (gitignore patterns) or a "
+            f".rayignore file in {shipped.root}; largest: {largest}")
+    if shipped.zip_size > workdir.ray_limit():
+        message = (f"{shipped.root} would ship {size}: more than Ray accepts for a job "
+                   f"({_size(workdir.ray_limit() + 1)})")
+        raise SpecError([spec.source.problem(("working_dir",), message, hint) if spec.source
+                         else Problem(str(spec.path), message, field="working_dir", hint=hint)])
+    progress(f"shipping {shipped.root} as the job's working_dir: {size}")
+    if shipped.size >= workdir.WARN_BYTES:
+        progress(f"  warning: that is a lot to upload with every job ({hint})")
+    return render_job(spec, shipped, resume=options.resume)
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**20:.1f} MiB" if count >= 2**20 else f"{count / 2**10:.1f} KiB"
 
 
 def submit(plan: JobPlan, spec: ExperimentSpec, jobs: JobsClient, state: State,

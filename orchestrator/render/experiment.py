@@ -16,8 +16,8 @@ from typing import Any
 from .. import contract
 from ..contract import DatasetSection, JobConfig, RunSection, ScalingSection, TuneSection
 from ..language.experiment import ExperimentSpec
-from ..util.files import digest_tree
 from ..util.uris import is_uri
+from ..util.workdir import WorkingDir, excludes_for, scan
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,8 @@ def resolve_config(spec: ExperimentSpec) -> JobConfig:
 
 def _dataset(d: dict[str, Any], base: Path, working_dir: Path) -> DatasetSection:
     section: DatasetSection = {"format": d.get("format") or _guess_format(d["path"]),
-                               "path": _dataset_path(d["path"], base, working_dir)}
+                               "path": _dataset_path(d["path"], base, working_dir),
+                               "cache": d.get("cache", "auto")}
     if d.get("read_options"):
         section["read_options"] = d["read_options"]
     return section
@@ -112,19 +113,30 @@ def submission_id(config: JobConfig, working_dir_digest: str) -> str:
     return f"orchestrate-{config['name']}-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
 
 
-def render_job(spec: ExperimentSpec, *, working_dir_digest: str = "", resume: bool = False) -> JobPlan:
+def render_job(spec: ExperimentSpec, shipped: WorkingDir, *, resume: bool = False) -> JobPlan:
+    """`shipped`: what `ship(spec)` found in the working_dir; its digest is part of the id."""
     config = resolve_config(spec)
     config["resume"] = resume
     runtime_env = {
         "working_dir": str(spec.working_dir),
+        "excludes": list(shipped.excludes),
         "py_modules": [package_dir()],
         "env_vars": {contract.CONFIG_ENV: contract.encode(config), "RAY_USAGE_STATS_ENABLED": "0"},
     }
     return JobPlan(entrypoint=contract.ENTRYPOINT, runtime_env=runtime_env, config=config,
-                   submission_id=submission_id(config, working_dir_digest))
+                   submission_id=submission_id(config, shipped.digest()))
 
 
-def digest_directory(path: Path) -> str:
-    """A digest of the files Ray will upload as working_dir (names and contents). An input of
-    `render_job`, computed by its caller: the one place this layer reads files."""
-    return digest_tree(path, lambda name: name.startswith(".") or name == "__pycache__")
+def ship(spec: ExperimentSpec) -> WorkingDir:
+    """The files of the working_dir the job will carry: all but orchestrate's default excludes,
+    the experiment's `runtime_env.excludes`, the run's own storage_path when it lies inside, and
+    what .gitignore / .rayignore files leave out (as Ray does). The one place this layer reads
+    files; an input of `render_job`."""
+    import os
+
+    storage = resolve_config(spec)["run_config"].get("storage_path")
+    extra = list((spec.document.get("runtime_env") or {}).get("excludes") or [])
+    excludes = excludes_for(spec.working_dir, extra, [storage] if storage and not is_uri(storage)
+                            else [])
+    return scan(spec.working_dir, excludes,
+                include_gitignore=os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1")

@@ -56,24 +56,3 @@ def tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
-
-
-def digest_tree(root: Path, skip: Callable[[str], bool]) -> str:
-    """sha256 over the relative names and the contents of every file under `root`, in a stable
-    order; folders for which `skip(name)` is true are left out. Every file counts: a tree of any
-    size gets a digest that changes when any file does."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not skip(d))
-        for name in sorted(files):
-            file = Path(folder) / name
-            digest.update(str(file.relative_to(root)).encode() + b"\0")
-            try:
-                with open(file, "rb") as handle:
-                    for block in iter(lambda: handle.read(1 << 20), b""):
-                        digest.update(block)
-            except OSError:
-                digest.update(b"\0unreadable")
-    return digest.hexdigest()
