@@ -96,23 +96,109 @@ def normalize_images(batch: dict[str, Any]) -> dict[str, Any]:
 
 
 def ray_datasets(config: JobConfig, image: bool) -> tuple[dict[str, Any], int | None]:
-    """Read, fit preprocessors on train, transform every split. Returns (datasets, input_dim)."""
+    """Read, fit preprocessors on train, transform every split, cache what fits (see `cache`).
+    Returns (datasets, input_dim)."""
     datasets = {name: read(spec) for name, spec in config["datasets"].items()}
     preprocessor = fit_preprocessor(config, datasets["train"])
     if preprocessor is not None:
         datasets = {k: preprocessor.transform(v) for k, v in datasets.items()}
+    input_dim = None
     if image:
-        return {k: v.map_batches(normalize_images, batch_format="numpy")
-                for k, v in datasets.items()}, None
-    if config.get("trainer") == "xgboost" or config.get("train_loop"):
-        return datasets, None
-    import numpy as np
-    from ray.data.preprocessors import Concatenator
+        datasets = {k: v.map_batches(normalize_images, batch_format="numpy")
+                    for k, v in datasets.items()}
+    elif config.get("trainer") != "xgboost" and not config.get("train_loop"):
+        import numpy as np
+        from ray.data.preprocessors import Concatenator
 
-    columns = feature_columns(config, datasets["train"].schema().names)
-    concat = Concatenator(columns=columns, output_column_name=FEATURES,
-                          dtype=np.float32)  # type: ignore[arg-type]  # Ray's own docs pass np.float32
-    return {k: concat.transform(v) for k, v in datasets.items()}, len(columns)
+        columns = feature_columns(config, datasets["train"].schema().names)
+        concat = Concatenator(columns=columns, output_column_name=FEATURES,
+                              dtype=np.float32)  # type: ignore[arg-type]  # as in Ray's own docs
+        datasets = {k: concat.transform(v) for k, v in datasets.items()}
+        input_dim = len(columns)
+    return cache(config, datasets, image), input_dim
+
+
+# `cache: auto` estimates a split's size in memory from its files: Ray's own default guess for
+# parquet's encoding ratio (5), 2 for text formats; images grow 4x more (uint8 -> float32).
+EXPANSION = {"parquet": 5.0, "numpy": 1.0}
+IMAGE_EXPANSION = 4.0
+CACHE_SHARE = 0.25  # of the cluster's object store, for all cached splits together
+
+
+def cache(config: JobConfig, datasets: dict[str, Any], image: bool) -> dict[str, Any]:
+    """Materialise the preprocessed splits `choose_cache` picks in Ray's object store, so later
+    epochs neither read nor preprocess them again (Ray Train's data guide recommends this for
+    data that fits in the object store)."""
+    specs = config["datasets"]
+    auto = [name for name in datasets if specs[name].get("cache", "auto") == "auto"
+            and cache_by_default(config)]
+    estimates = {name: estimated_bytes(specs[name], image) for name in auto}
+    choices = choose_cache(config, estimates, object_store_bytes() if auto else 0.0)
+    for name, (_, why) in choices.items():
+        if why:
+            print(f"orchestrate: dataset {name!r}: {why}", flush=True)
+    return {name: dataset.materialize() if choices[name][0] else dataset
+            for name, dataset in datasets.items()}
+
+
+def cache_by_default(config: JobConfig) -> bool:
+    """`cache: auto` may cache: a torch run of more than one epoch that is not a Tune trial
+    (concurrent trials would each hold a copy). XGBoost reads its data once."""
+    epochs = (config.get("train_loop_config") or {}).get("epochs", 1)
+    return config.get("trainer") != "xgboost" and not config.get("tune") and \
+        isinstance(epochs, int) and epochs > 1
+
+
+def choose_cache(config: JobConfig, estimates: dict[str, float | None],
+                 object_store: float) -> dict[str, tuple[bool, str | None]]:
+    """Per split: (cache it?, why, for the job's log). `true` and `false` are obeyed; `auto`
+    splits (those in `estimates`) are cached in order while their estimated sizes fit in
+    CACHE_SHARE of the object store."""
+    budget = object_store * CACHE_SHARE
+    choices: dict[str, tuple[bool, str | None]] = {}
+    for name, spec in config["datasets"].items():
+        if name not in estimates:
+            choices[name] = (spec.get("cache", "auto") is True, None)
+            continue
+        size = estimates[name]
+        if size is None:
+            choices[name] = (False, "read again every epoch (its size is unknown)")
+        elif size <= budget:
+            budget -= size
+            choices[name] = (True, f"cached in Ray's object store (about {_mib(size)})")
+        else:
+            choices[name] = (False, f"read again every epoch (about {_mib(size)}, more than the "
+                                    f"{_mib(budget)} of the object store left for caching)")
+    return choices
+
+
+def estimated_bytes(spec: DatasetSection, image: bool) -> float | None:
+    """The split's size in memory, guessed from the size of its files; None if unknown."""
+    import pyarrow.fs
+
+    path = resolve(spec["path"])
+    try:
+        fs, inner = pyarrow.fs.FileSystem.from_uri(path) if is_uri(path) else \
+            (pyarrow.fs.LocalFileSystem(), path)
+        info = fs.get_file_info(inner)
+        files = [info] if info.type == pyarrow.fs.FileType.File else \
+            fs.get_file_info(pyarrow.fs.FileSelector(inner, recursive=True))
+    except (OSError, ValueError, pyarrow.ArrowException):
+        return None
+    size = sum(f.size or 0 for f in files if f.type == pyarrow.fs.FileType.File)
+    return size * EXPANSION.get(spec.get("format", "parquet"), 2.0) * (IMAGE_EXPANSION if image else 1)
+
+
+def object_store_bytes() -> float:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init()
+    return float(ray.cluster_resources().get("object_store_memory", 0))  # type: ignore[no-untyped-call]
+
+
+def _mib(size: float | None) -> str:
+    return f"{(size or 0) / 2**20:,.0f} MiB"
 
 
 def load_tensors(config: Mapping[str, Any], split: str, preprocessor: Any,

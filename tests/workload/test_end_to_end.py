@@ -19,8 +19,8 @@ TABLE = {"train": {"format": "csv", "path": "data/breast_cancer.csv"},
          "valid": {"format": "csv", "path": "data/breast_cancer.csv"}}
 
 
-def run_json(capsys, path: Path, *extra: str) -> tuple[int, dict, str]:
-    code = main(["run", str(path), "--quiet", "--format", "json", *extra])
+def run_json(capsys, path: Path, *extra: str, quiet: bool = True) -> tuple[int, dict, str]:
+    code = main(["run", str(path), *(["--quiet"] if quiet else []), "--format", "json", *extra])
     out, err = capsys.readouterr()
     return code, (json.loads(out) if code == 0 and out.strip() else {}), err
 
@@ -41,10 +41,13 @@ def test_vit_over_ray_data(local_ray, experiment, capsys):
                       run_config={"checkpoint_config": {"num_to_keep": 1,
                                                         "checkpoint_score_attribute": "accuracy",
                                                         "checkpoint_score_order": "max"}})
-    code, summary, err = run_json(capsys, path)
+    code, summary, err = run_json(capsys, path, quiet=False)
     assert code == 0, err
     assert_results_written(summary)
     assert "» epoch 1" in err and "» epoch 2" in err  # per-epoch progress while following
+    # two epochs of a small dataset: both splits were cached, so epoch 2 read no file again
+    assert "dataset 'train': cached in Ray's object store" in err
+    assert "dataset 'valid': cached in Ray's object store" in err
     assert (Path(summary["best_checkpoint"]) / "model.pt").is_file()
     # `orchestrate results RUN` finds the same results afterwards
     assert main(["results", "vit-ray-data", "--format", "json"]) == 0

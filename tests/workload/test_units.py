@@ -78,3 +78,39 @@ def test_scaling_config_carries_every_field_of_the_section():
             scaling.placement_strategy) == (3, False, {"CPU": 2}, "SPREAD")
     del section["placement_strategy"]
     assert configs.scaling_config({"scaling_config": section}).placement_strategy == "PACK"
+
+
+def test_cache_choices_follow_the_setting_and_the_object_store():
+    from orchestrator.workload.data import CACHE_SHARE, cache_by_default, choose_cache
+
+    config = {"trainer": "torch", "train_loop_config": {"epochs": 3}, "tune": None,
+              "datasets": {"train": {"path": "t", "cache": "auto"},
+                           "valid": {"path": "v", "cache": "auto"},
+                           "test": {"path": "x", "cache": True},
+                           "extra": {"path": "y", "cache": False}}}
+    assert cache_by_default(config)
+    store = 1000 / CACHE_SHARE  # 1000 bytes may be cached
+    choices = choose_cache(config, {"train": 600, "valid": 500}, store)
+    assert choices["train"] == (True, "cached in Ray's object store (about 0 MiB)")
+    assert choices["valid"][0] is False
+    assert "more than the 0 MiB of the object store left" in choices["valid"][1]
+    assert choices["test"] == (True, None) and choices["extra"] == (False, None)
+    assert choose_cache(config, {"train": None}, store)["train"] == \
+        (False, "read again every epoch (its size is unknown)")
+    for no_auto in ({"train_loop_config": {"epochs": 1}}, {"trainer": "xgboost"},
+                    {"tune": {"param_space": {}}}):
+        assert not cache_by_default({**config, **no_auto})
+
+
+def test_estimated_size_comes_from_the_files(tmp_path):
+    from orchestrator.workload.data import EXPANSION, IMAGE_EXPANSION, estimated_bytes
+
+    (tmp_path / "split").mkdir()
+    (tmp_path / "split" / "a.parquet").write_bytes(b"x" * 100)
+    (tmp_path / "split" / "b.parquet").write_bytes(b"x" * 50)
+    (tmp_path / "t.csv").write_text("a,b\n1,2\n")
+    folder = {"format": "parquet", "path": str(tmp_path / "split")}
+    assert estimated_bytes(folder, image=False) == 150 * EXPANSION["parquet"]
+    assert estimated_bytes(folder, image=True) == 150 * EXPANSION["parquet"] * IMAGE_EXPANSION
+    assert estimated_bytes({"format": "csv", "path": str(tmp_path / "t.csv")}, image=False) == 16
+    assert estimated_bytes({"format": "csv", "path": "nosuchscheme://bucket/x"}, image=False) is None
