@@ -225,7 +225,7 @@ def _wait_nodes(record: ClusterRecord, expected: int, state: State, timeout: flo
                 progress(f"  {seen}/{expected} nodes alive")
             return health if health.nodes_alive >= expected else None
 
-        health = poll(enough, timeout=timeout, interval=2)
+        health = poll(enough, timeout=timeout, interval=0.5)  # two small GETs to the head
     if health is not None:
         return health
     message = (f"only {max(seen, 0)} of {expected} nodes joined within {timeout:.0f} s"
