@@ -149,6 +149,9 @@ def test_detach_then_stop(local_ray, experiment, tmp_path, capsys):
     path = user_loop(experiment, tmp_path, "long-loop", epochs=100000)
     assert main(["run", str(path), "--detach"]) == 0
     job_id = capsys.readouterr().out.strip()
+    assert main(["run", str(path), "--detach", "--format", "json"]) == 0  # the same job, as JSON
+    assert json.loads(capsys.readouterr().out) == {"job_id": job_id, "created": False,
+                                                   "cluster": None}
     assert main(["stop", job_id]) == 0
     from tests.helpers import jobs_client
 
