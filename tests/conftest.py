@@ -1,6 +1,7 @@
 """Suite-wide isolation: no test reads or writes the user's real state, and nothing may reach
 a cloud or its metadata service (169.254.169.254)."""
 import os
+import signal
 
 import pytest
 
@@ -15,6 +16,12 @@ ISOLATED_ENV = {
 
 # Set before anything imports an SDK, which may read these once at import time.
 os.environ.update(ISOLATED_ENV)
+
+# Tests send Ctrl-C (SIGINT) to the commands they start. A runner started with SIGINT ignored
+# (`nohup pytest &`) would hand that to every child, which would then never see it: a handler
+# here is reset to the default action in each child, an ignored signal is not.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
