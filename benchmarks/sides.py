@@ -103,9 +103,12 @@ def bench(rows: int, epochs: int, workers: int) -> Iterator[Bench]:
     write_image_parquet(work / "data" / "train", rows, seed=1, files=4)
     write_image_parquet(work / "data" / "valid", rows // 4, seed=2, files=1)
     secrets = State.here().secrets
-    with embedded.session(secrets) as (ray, _):
-        env.update(embedded.client_environment(secrets), RAY_ADDRESS=ray.address)  # token auth
-        yield Bench(work, env, ray.address, rows, epochs, workers)
+    try:
+        with embedded.session(secrets) as (ray, _):
+            env.update(embedded.client_environment(secrets), RAY_ADDRESS=ray.address)  # token auth
+            yield Bench(work, env, ray.address, rows, epochs, workers)
+    finally:
+        embedded.shutdown(secrets)  # also when a `run --detach` asked to keep it
 
 
 def spread(values: list[float], digits: int = 1) -> str:
