@@ -26,6 +26,7 @@ from ..language.experiment import ExperimentSpec
 from ..render.experiment import JobPlan, render_job, ship
 from ..state import State
 from ..util import workdir
+from ..util.text import size_text
 from ..util.uris import is_uri
 from .client import JobsClient
 from .targets import jobs_on, recorded_cluster
@@ -70,23 +71,22 @@ def prepare(spec: ExperimentSpec, options: RunOptions, progress: Progress) -> Jo
     """The job to submit, rendered before any Ray is started; says how much of the working_dir
     it ships, warns when that is more than code usually is, refuses what Ray would refuse."""
     shipped = ship(spec)
-    size = f"{len(shipped.files)} files, {_size(shipped.size)}"
-    largest = ", ".join(f"{name} {_size(bytes_)}" for name, bytes_ in shipped.largest())
-    hint = (f"leave out data and results with runtime_env.excludes (gitignore patterns) or a "
-            f".rayignore file in {shipped.root}; largest: {largest}")
-    if shipped.zip_size > workdir.ray_limit():
+    size = f"{len(shipped.files)} files, {size_text(shipped.size)}"
+
+    def hint() -> str:
+        largest = ", ".join(f"{name} {size_text(count)}" for name, count in shipped.largest())
+        return (f"leave out data and results with runtime_env.excludes (gitignore patterns) or "
+                f"a .rayignore file in {shipped.root}; largest: {largest}")
+
+    if shipped.zip_size >= workdir.ray_limit():  # Ray's own rule
         message = (f"{shipped.root} would ship {size}: more than Ray accepts for a job "
-                   f"({_size(workdir.ray_limit() + 1)})")
-        raise SpecError([spec.source.problem(("working_dir",), message, hint) if spec.source
-                         else Problem(str(spec.path), message, field="working_dir", hint=hint)])
+                   f"({size_text(workdir.ray_limit())})")
+        raise SpecError([spec.source.problem(("working_dir",), message, hint()) if spec.source
+                         else Problem(str(spec.path), message, field="working_dir", hint=hint())])
     progress(f"shipping {shipped.root} as the job's working_dir: {size}")
     if shipped.size >= workdir.WARN_BYTES:
-        progress(f"  warning: that is a lot to upload with every job ({hint})")
+        progress(f"  warning: that is a lot to upload with every job ({hint()})")
     return render_job(spec, shipped, resume=options.resume)
-
-
-def _size(count: int) -> str:
-    return f"{count / 2**20:.1f} MiB" if count >= 2**20 else f"{count / 2**10:.1f} KiB"
 
 
 def submit(plan: JobPlan, spec: ExperimentSpec, jobs: JobsClient, state: State,

@@ -1,4 +1,5 @@
-"""Suggestions for a misspelt word, used by the spec checks and the provider preflight."""
+"""Words for people: suggestions for a misspelt word (the spec checks, the provider preflight)
+and sizes in bytes."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -14,3 +15,12 @@ def close_matches(word: str, choices: Iterable[object], n: int = 1, cutoff: floa
 def did_you_mean(word: object, choices: Iterable[object]) -> str | None:
     matches = close_matches(str(word), choices)
     return f"did you mean '{matches[0]}'?" if matches else None
+
+
+def size_text(count: float) -> str:
+    """`812.0 KiB`, `3.4 MiB`, `1.2 GiB`."""
+    for unit in ("KiB", "MiB"):
+        count /= 1024
+        if count < 1024:
+            return f"{count:.1f} {unit}"
+    return f"{count / 1024:.1f} GiB"

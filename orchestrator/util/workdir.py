@@ -24,9 +24,9 @@ _ZIP_END = 22
 
 
 def ray_limit() -> int:
-    """The largest zip Ray accepts, less one byte (Ray refuses `size >= limit`)."""
+    """Ray refuses a working_dir zip of this many bytes or more."""
     limit = os.environ.get("RAY_max_grpc_message_size")  # noqa: SIM112 - Ray's own name
-    return (int(limit) if limit and limit.isdigit() else 512 * 1024 * 1024) - 1
+    return int(limit) if limit and limit.isdigit() else 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)

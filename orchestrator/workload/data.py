@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..contract import DatasetSection, JobConfig
+from ..util.text import size_text
 from ..util.uris import is_uri
 
 FEATURES = "features"  # the column holding the concatenated tabular features
@@ -130,8 +131,8 @@ def cache(config: JobConfig, datasets: dict[str, Any], image: bool) -> dict[str,
     epochs neither read nor preprocess them again (Ray Train's data guide recommends this for
     data that fits in the object store)."""
     specs = config["datasets"]
-    auto = [name for name in datasets if specs[name].get("cache", "auto") == "auto"
-            and cache_by_default(config)]
+    auto = [name for name in datasets if specs[name].get("cache", "auto") == "auto"] \
+        if cache_by_default(config) else []
     estimates = {name: estimated_bytes(specs[name], image) for name in auto}
     choices = choose_cache(config, estimates, object_store_bytes() if auto else 0.0)
     for name, (_, why) in choices.items():
@@ -165,10 +166,10 @@ def choose_cache(config: JobConfig, estimates: dict[str, float | None],
             choices[name] = (False, "read again every epoch (its size is unknown)")
         elif size <= budget:
             budget -= size
-            choices[name] = (True, f"cached in Ray's object store (about {_mib(size)})")
+            choices[name] = (True, f"cached in Ray's object store (about {size_text(size)})")
         else:
-            choices[name] = (False, f"read again every epoch (about {_mib(size)}, more than the "
-                                    f"{_mib(budget)} of the object store left for caching)")
+            choices[name] = (False, f"read again every epoch (about {size_text(size)}, more than the "
+                                    f"{size_text(budget)} of the object store left for caching)")
     return choices
 
 
@@ -176,10 +177,8 @@ def estimated_bytes(spec: DatasetSection, image: bool) -> float | None:
     """The split's size in memory, guessed from the size of its files; None if unknown."""
     import pyarrow.fs
 
-    path = resolve(spec["path"])
     try:
-        fs, inner = pyarrow.fs.FileSystem.from_uri(path) if is_uri(path) else \
-            (pyarrow.fs.LocalFileSystem(), path)
+        fs, inner = pyarrow.fs.FileSystem.from_uri(resolve(spec["path"]))  # local paths too
         info = fs.get_file_info(inner)
         files = [info] if info.type == pyarrow.fs.FileType.File else \
             fs.get_file_info(pyarrow.fs.FileSelector(inner, recursive=True))
@@ -195,10 +194,6 @@ def object_store_bytes() -> float:
     if not ray.is_initialized():
         ray.init()
     return float(ray.cluster_resources().get("object_store_memory", 0))  # type: ignore[no-untyped-call]
-
-
-def _mib(size: float | None) -> str:
-    return f"{(size or 0) / 2**20:,.0f} MiB"
 
 
 def load_tensors(config: Mapping[str, Any], split: str, preprocessor: Any,

@@ -96,3 +96,11 @@ def test_largest_entries(tmp_path):
     largest = scan(root, DEFAULT_EXCLUDES).largest(2)
     assert largest[0] == ("data/", 5000 + len("about the data\n"))
     assert len(largest) == 2
+
+
+def test_sizes_read_as_people_write_them():
+    from orchestrator.util.text import size_text
+
+    assert size_text(600) == "0.6 KiB"
+    assert size_text(3.5 * 2**20) == "3.5 MiB"
+    assert size_text(512 * 2**30) == "512.0 GiB"

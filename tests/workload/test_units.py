@@ -91,9 +91,9 @@ def test_cache_choices_follow_the_setting_and_the_object_store():
     assert cache_by_default(config)
     store = 1000 / CACHE_SHARE  # 1000 bytes may be cached
     choices = choose_cache(config, {"train": 600, "valid": 500}, store)
-    assert choices["train"] == (True, "cached in Ray's object store (about 0 MiB)")
+    assert choices["train"] == (True, "cached in Ray's object store (about 0.6 KiB)")
     assert choices["valid"][0] is False
-    assert "more than the 0 MiB of the object store left" in choices["valid"][1]
+    assert "(about 0.5 KiB, more than the 0.4 KiB of the object store left" in choices["valid"][1]
     assert choices["test"] == (True, None) and choices["extra"] == (False, None)
     assert choose_cache(config, {"train": None}, store)["train"] == \
         (False, "read again every epoch (its size is unknown)")
