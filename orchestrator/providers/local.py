@@ -46,6 +46,7 @@ def problems(doc: Document, data: Config) -> list[Problem]:
                                   or value < 0):
         found.append(doc.problem(("min_workers",), "expected an integer >= 0"))
     provider = data.get("provider") or {}
+    found += _worker_bounds(doc, data, provider)
     for key in ("head_ip", "worker_ips"):
         values = provider.get(key)
         values = [values] if isinstance(values, str) else values or []
@@ -54,6 +55,26 @@ def problems(doc: Document, data: Config) -> list[Problem]:
             if not isinstance(host, str) or not _is_host(host):
                 found.append(doc.problem(where, f"'{host}' is not an IP address or host name"))
     return found
+
+
+def _worker_bounds(doc: Document, data: Config, provider: Config) -> list[Problem]:
+    """Ray's on-prem launcher defaults min_workers to the number of worker_ips (capped there)
+    and refuses a max_workers below it (ray/autoscaler/_private/local/config.py)."""
+    ips = provider.get("worker_ips")
+    top, least = data.get("max_workers"), data.get("min_workers")
+    if not isinstance(ips, list) or not isinstance(top, int) or isinstance(top, bool):
+        return []
+    if least is None:
+        least = len(ips)
+    if not isinstance(least, int) or isinstance(least, bool):
+        return []
+    least = min(least, len(ips))
+    if top >= least:
+        return []
+    given = "" if "min_workers" in data else \
+        f"Ray makes min_workers the number of worker_ips ({len(ips)}) when it is not given; "
+    return [doc.problem(("max_workers",), f"max_workers {top} is below min_workers {least}",
+                        f"{given}set min_workers no higher than max_workers")]
 
 
 def _is_host(text: str) -> bool:
