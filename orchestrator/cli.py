@@ -4,7 +4,8 @@ Each verb is a module under `orchestrator.commands` with `add_arguments(parser)`
 `run(args) -> int`, listed with its help in `COMMANDS`. Command modules import only light modules
 at top level; Ray, torch and the cloud SDKs are imported inside the functions that use them, so
 the CLI starts fast. Exit codes: 0 done, 1 a problem the user can fix (`OrchestrateError`),
-2 bad usage (argparse), 3 a bug (a crash log is written), 130 Ctrl-C.
+2 bad usage (argparse), 3 a bug (a crash log is written), 130 Ctrl-C, 143 SIGTERM while a
+lock was held.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import os
 import sys
 
 from . import __version__
-from .errors import OrchestrateError, SpecError
+from .errors import OrchestrateError, SpecError, Terminated
 
 # The registry: verb -> (module, one-line help). Order is the order shown in --help.
 # Only the chosen verb's module is imported, so `validate` never pays for `run`'s imports.
@@ -33,10 +34,18 @@ COMMANDS = {
     "logs": ("orchestrator.commands.logs", "print or follow a job's logs"),
     "stop": ("orchestrator.commands.stop", "stop a running job"),
     "results": ("orchestrator.commands.results", "metrics, best checkpoint and plot of a run"),
+    "plan": ("orchestrator.commands.plan",
+             "what apply would change in a project (clusters and experiments), and why"),
+    "apply": ("orchestrator.commands.apply", "carry out a project's plan under its state lock"),
+    "show": ("orchestrator.commands.show", "print a saved plan (text, json, markdown)"),
+    "state": ("orchestrator.commands.state", "list, show or forget what a project's state holds"),
+    "force-unlock": ("orchestrator.commands.force_unlock",
+                     "remove a project's state lock left by a command that died"),
 }
 
 EXIT_BUG = 3
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 # Options that come before the verb, and whether each takes a value. Any that takes one must be
@@ -114,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     except OrchestrateError as exc:
         _print_error(exc)
         return exc.exit_code
+    except Terminated:
+        print("\nterminated (SIGTERM); locks held were released", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -5,7 +5,10 @@
     ├── MissingDependency       an optional extra is not installed (hint: the pip command)
     ├── PreflightError          a cloud check failed before anything was launched
     ├── ClusterError            launching, reaching or tearing down a cluster failed
-    └── JobError                submitting or following a Ray job failed
+    ├── JobError                submitting or following a Ray job failed
+    └── StateError              a project's shared state: unreadable, refused, or locked
+        ├── StateLocked         another command holds the state's lock (`holder` says who)
+        └── StateConflict       the state moved under us (a conditional write was refused)
 
 The core never prints or exits; it raises one of these. `orchestrator.cli` alone turns them
 into output and exit codes (1 for these, 130 for Ctrl-C, 3 for a bug). Library exceptions
@@ -115,3 +118,24 @@ class ClusterError(OrchestrateError):
 
 class JobError(OrchestrateError):
     """Submitting, following or stopping a Ray job failed."""
+
+
+class StateError(OrchestrateError):
+    """A project's shared state (orchestrate plan/apply) cannot be read, written or trusted."""
+
+
+class StateLocked(StateError):
+    """Another command holds the state's lock; `holder` is its lock note (None if unreadable)."""
+
+    def __init__(self, message: str, *, holder: Any = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.holder = holder
+
+
+class StateConflict(StateError):
+    """A conditional write was refused: someone wrote the state since we read it."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived while a lock was held: unwinds exactly like Ctrl-C (records say
+    "interrupted", `finally` blocks release what they hold); the CLI exits 143."""

@@ -59,6 +59,12 @@ class FileSecrets:
         os.replace(source, path)
         os.chmod(path, 0o600)
 
+    def put(self, key: str, token: str) -> Path:
+        """Keep `token` (fetched from where a project keeps it) as the secret's file (0600)."""
+        path = self._folder_for(key)
+        atomic_write(path, token, mode=0o600)
+        return path
+
     def replace(self, key: str) -> Path:
         path = self._folder_for(key)
         atomic_write(path, new_token(), mode=0o600)
