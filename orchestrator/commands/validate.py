@@ -38,8 +38,12 @@ def collect_files(paths: list[str]) -> tuple[list[Path], list[Problem]]:
 def validate_file(path: Path) -> dict[str, Any]:
     from ..language import load_any
     from ..language.cluster import ClusterSpec
+    from ..language.project import PROJECT_FILE, load_project
 
     try:
+        if path.name == PROJECT_FILE:
+            load_project(path)
+            return {"file": str(path), "kind": "project", "valid": True, "errors": []}
         spec = load_any(path)
     except SpecError as exc:
         return {"file": str(path), "kind": None, "valid": False,
