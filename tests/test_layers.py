@@ -16,7 +16,7 @@ LAYERS = [
     {"render"},
     {"endpoint"},
     {"cluster", "embedded"},
-    {"jobs"},
+    {"jobs", "gitops"},
     {"commands", "cli", "__main__"},
 ]
 # The code that runs on the cluster ships with the job: it may use only these. (Above it, the

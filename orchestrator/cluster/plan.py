@@ -20,12 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import providers
 from ..render.cluster import RenderedCluster
 from ..state import UP, ClusterRecord
-from .health import Health
+
+if TYPE_CHECKING:  # the type only: importing health brings the HTTP client
+    from .health import Health
 
 Config = dict[str, Any]
 
@@ -91,7 +93,9 @@ class ClusterPlan:
 
 
 def plan_cluster(desired: RenderedCluster | None, recorded: Recorded | None,
-                 live: Health | None) -> ClusterPlan:
+                 live: Health | None, *, asked: bool = True) -> ClusterPlan:
+    """`asked` False: the cluster was not asked (`plan --refresh=false`); a cluster recorded
+    as up is taken to be up."""
     was_up = recorded is not None and recorded.record.state == UP
     if desired is None:
         if recorded is None:
@@ -110,7 +114,7 @@ def plan_cluster(desired: RenderedCluster | None, recorded: Recorded | None,
     if not was_up:
         return ClusterPlan(name, Action.CREATE, f"the last operation left it {record.state}",
                            changes)
-    if live is None:
+    if live is None and asked:
         return ClusterPlan(name, Action.RESTART, "recorded as up, but it does not answer",
                            changes, jobs_survive=False, was_up=True)
     if record.config_hash == desired.config_hash:

@@ -16,8 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from ..cluster.apply import tear_down
     from ..cluster.launcher import RayLauncher
+    from ..gitops import sync
     from ..state import State
     from . import pick
 
@@ -26,7 +29,11 @@ def run(args: argparse.Namespace) -> int:
     if not confirm(f"Tear down cluster {record.name} ({record.provider}, state {record.state})?",
                    assume_yes=args.yes):
         raise OrchestrateError("cancelled; nothing was changed")
-    if tear_down(record.name, state, RayLauncher(state, info), info, timeout=args.timeout):
+    project = sync.project_of(Path(record.file)) if Path(record.file).is_file() else None
+    if project and sync.down(project, record.name, state, info, args.timeout):
+        info(f"cluster {record.name} is down and forgotten (also in project {project.name}'s "
+             f"state)")
+    elif tear_down(record.name, state, RayLauncher(state, info), info, timeout=args.timeout):
         info(f"cluster {record.name} is down and forgotten")
     else:
         info(f"cluster {record.name} was already down (another command took it down)")

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..output import add_format_argument, emit_json, info
+
+if TYPE_CHECKING:
+    from ..state import State
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         job_id = submission.job_id
         if submission.created:
             info(f"submitted job {job_id} to {jobs.endpoint.label}")
+            _record_in_project(spec.path, job_id, submission.cluster, state)
         else:
             info(f"job {job_id} already exists ({jobs.status(job_id)}): this experiment is "
                  f"unchanged since it was submitted; not starting a duplicate (--force runs it "
@@ -62,3 +68,12 @@ def run(args: argparse.Namespace) -> int:
         summary = experiment.results(jobs, submission, status, started, state, info)
     show(summary, args.format)
     return 0
+
+
+def _record_in_project(path: Path, job_id: str, cluster: str | None, state: State) -> None:
+    """A project's experiment: its entry in the project's state, as `apply` would write it."""
+    from ..gitops import sync
+
+    project = sync.project_of(path)
+    if project is not None:
+        sync.record_run(project, path, job_id, cluster, state, info)

@@ -22,8 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from ..cluster.apply import UpOptions, up
     from ..cluster.launcher import RayLauncher
+    from ..gitops import sync
     from ..language.cluster import load_cluster
     from ..state import State
 
@@ -31,8 +34,12 @@ def run(args: argparse.Namespace) -> int:
     state = State.here()
     options = UpOptions(preflight=not args.skip_preflight, wait=not args.no_wait,
                         timeout=args.timeout, wait_timeout=args.wait_timeout)
-    result = up(spec, state, RayLauncher(state, info), options, info,
-                lambda question: confirm(question, assume_yes=args.yes))
+    def ask(question: str) -> bool:
+        return confirm(question, assume_yes=args.yes)
+
+    project = sync.project_of(Path(args.path))  # a project's file: its shared state follows
+    result = sync.up(project, spec, state, options, info, ask) if project else \
+        up(spec, state, RayLauncher(state, info), options, info, ask)
     record = result.record
     if args.format == "json":
         emit_json({"action": result.action, "changes": list(result.plan.changes),

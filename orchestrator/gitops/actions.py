@@ -1,0 +1,125 @@
+"""Carrying out one change of a project, through the commands' own machinery (cluster.apply's
+`up` and `tear_down`, jobs.experiment's submit), with the state entry written after each:
+
+    cluster_up(spec, file, ps, doc, who, progress) -> UpResult
+    cluster_down(name, ps, doc, who, progress)
+    experiment_submit(desired, ps, doc, who, progress) -> job id
+    experiment_stop(name, ps, doc, progress)
+
+The caller holds the project's lock; `ps.write(doc)` is called after every step that changed
+something, so an apply cut half way leaves the state true to what was done.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import OrchestrateError
+from ..language.cluster import ClusterSpec
+from ..language.experiment import ExperimentSpec
+from ..state import cluster_key
+from ..state.backends import LockInfo
+from ..state.document import StateDoc, address
+from .local import checkin, checkout, ensure_token
+from .store import ProjectState, stamp
+
+Progress = Callable[[str], None]
+
+
+def _keep(name: str, file: str, ps: ProjectState, doc: StateDoc, who: LockInfo | None) -> None:
+    entry = checkin(name, ps, ps.local, file)
+    where = address("cluster", name)
+    if entry is None:
+        doc.resources.pop(where, None)
+    else:
+        doc.resources[where] = stamp(entry, who)
+    ps.write(doc)
+
+
+def checkout_cluster(name: str, ps: ProjectState, doc: StateDoc) -> None:
+    """This machine's files of a cluster the state records (a no-op for unknown ones)."""
+    entry = doc.resources.get(address("cluster", name))
+    if entry is not None:
+        checkout(entry, ps, ps.local)
+
+
+def cluster_up(spec: ClusterSpec, file: str, ps: ProjectState, doc: StateDoc,
+               who: LockInfo | None, progress: Progress, *, options: Any = None,
+               confirm: Callable[[str], bool] = lambda _question: True) -> Any:
+    from ..cluster.apply import UpOptions, up
+    from ..cluster.launcher import RayLauncher
+
+    entry = doc.resources.get(address("cluster", spec.name))
+    if entry is not None:
+        checkout(entry, ps, ps.local)
+    else:
+        ensure_token(spec.name, ps, None, ps.local, create=True)
+    try:
+        return up(spec, ps.local, RayLauncher(ps.local, progress), options or UpOptions(),
+                  progress, confirm)
+    finally:  # also after a failed or interrupted `ray up`: the record says how far it got
+        _keep(spec.name, file, ps, doc, who)
+
+
+def cluster_down(name: str, ps: ProjectState, doc: StateDoc, progress: Progress,
+                 timeout: float = 900) -> None:
+    from ..cluster.apply import tear_down
+    from ..cluster.launcher import RayLauncher
+
+    entry = doc.resources[address("cluster", name)]
+    checkout(entry, ps, ps.local)
+    try:
+        tear_down(name, ps.local, RayLauncher(ps.local, progress), progress, timeout=timeout)
+    finally:
+        _keep(name, entry.get("file", ""), ps, doc, None)
+    if address("cluster", name) not in doc.resources:
+        ps.tokens.delete(cluster_key(name))
+
+
+def experiment_submit(spec: ExperimentSpec, file: str, content_hash: str, ps: ProjectState,
+                      doc: StateDoc, who: LockInfo | None, progress: Progress) -> str:
+    from ..jobs import experiment
+
+    if spec.cluster is not None:
+        checkout_cluster(spec.cluster.name, ps, doc)
+    options = experiment.RunOptions(detach=True)
+    plan = experiment.prepare(spec, options, progress)
+    with experiment.target(spec, ps.local, keep=True, progress=progress) as (jobs, cluster):
+        submission = experiment.submit(plan, spec, jobs, ps.local, cluster, options)
+        status = "SUBMITTED" if submission.created else jobs.status(submission.job_id)
+    progress(f"  {'submitted' if submission.created else 'found'} job {submission.job_id} on "
+             f"{jobs.endpoint.label}")
+    doc.resources[address("experiment", spec.name)] = stamp(
+        {"kind": "experiment", "name": spec.name, "file": file, "hash": content_hash,
+         "cluster": cluster, "job_id": submission.job_id, "status": status,
+         "submitted_at": time.time()}, who)
+    ps.write(doc)
+    return submission.job_id
+
+
+def experiment_stop(name: str, ps: ProjectState, doc: StateDoc, progress: Progress, *,
+                    forget: bool = True) -> None:
+    """Stop the experiment's recorded job (if its Ray still has it); then forget the entry."""
+    from ..jobs.targets import jobs_on, recorded_cluster
+
+    entry = doc.resources[address("experiment", name)]
+    job, cluster = entry.get("job_id"), entry.get("cluster")
+    if job:
+        try:
+            if cluster:
+                checkout_cluster(cluster, ps, doc)
+            record = recorded_cluster(ps.local, name=cluster) if cluster else None
+            with jobs_on(record, ps.local) as jobs:
+                stopped = jobs.stop(job)
+            progress(f"  {'stopped' if stopped else 'not running:'} job {job}")
+        except OrchestrateError as exc:  # its Ray is gone: nothing left to stop
+            progress(f"  job {job} could not be reached ({exc.message}); forgetting it")
+    if forget:
+        doc.resources.pop(address("experiment", name), None)
+        ps.write(doc)
+
+
+def experiment_forget(name: str, ps: ProjectState, doc: StateDoc) -> None:
+    doc.resources.pop(address("experiment", name), None)
+    ps.write(doc)

@@ -1,0 +1,142 @@
+"""The `apply` use case: under the project's lock, plan again (or check that a saved plan is
+still what a plan would be now), ask, and carry the changes out in the plan's order, writing the
+state after each one.
+
+    apply_project(ps, options, progress, confirm) -> Applied
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import JobError, OrchestrateError, StateError
+from ..language.cluster import ClusterSpec
+from ..language.experiment import ExperimentSpec
+from . import actions, report
+from .plan import Planned, PlanOptions, make_plan
+from .planner import Change
+from .store import ProjectState
+
+Progress = Callable[[str], None]
+Confirm = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    paths: tuple[str, ...] = ()
+    plan_file: Path | None = None
+    allow_destructive: bool = False
+    wait: bool = False
+    lock_timeout: float = 0
+
+
+@dataclass
+class Applied:
+    planned: Planned
+    done: list[Change] = field(default_factory=list)
+    jobs: dict[str, str] = field(default_factory=dict)    # experiment -> job id submitted
+    results: dict[str, str] = field(default_factory=dict)  # experiment -> final status (--wait)
+
+
+def check_saved(saved: dict[str, Any], planned: Planned) -> None:
+    """StateError when a saved plan is stale: the state or any file moved since it was made."""
+    plan = planned.plan
+    problems = []
+    if saved["lineage"] != plan.lineage:
+        problems.append(f"the state's lineage is {plan.lineage}, the plan's {saved['lineage']}")
+    elif saved["serial"] != plan.serial:
+        problems.append(f"the state was written since (serial {saved['serial']} -> {plan.serial})")
+    then = {c["address"]: (c["action"], c["after"]) for c in saved["changes"]}
+    now = {c.address: (c.action, c.after) for c in plan.changes}
+    moved = sorted(a for a in set(then) | set(now) if then.get(a) != now.get(a))
+    if moved:
+        problems.append(f"these differ from the saved plan: {', '.join(moved)}")
+    if problems:
+        raise StateError("the saved plan is stale: " + "; ".join(problems),
+                         hint="plan again (`orchestrate plan --out FILE`) and apply that")
+
+
+def apply_project(ps: ProjectState, options: ApplyOptions, progress: Progress,
+                  confirm: Confirm) -> Applied:
+    saved = report.load(options.plan_file) if options.plan_file else None
+    if saved is not None and saved["project"] != ps.project.name:
+        raise StateError(f"{options.plan_file} is a plan of project {saved['project']!r}, not "
+                         f"{ps.project.name!r} ({ps.project.file})",
+                         hint="run apply in the project's folder, or pass --project FILE")
+    paths = tuple(saved["files"]) if saved and saved["partial"] else options.paths
+    if saved:
+        paths = tuple(str(ps.project.root / p) for p in paths)
+    with ps.lock("apply", timeout=options.lock_timeout, progress=progress) as who:
+        planned = make_plan(ps, PlanOptions(paths, refresh=True))
+        if saved is not None:
+            check_saved(saved, planned)
+        applied = Applied(planned)
+        plan = planned.plan
+        if not plan.actions:
+            return applied
+        if plan.destructive and not options.allow_destructive:
+            listed = "; ".join(f"{c.address} ({c.action}"
+                               + (f", interrupts {', '.join(c.interrupts)})" if c.interrupts
+                                  else ")") for c in plan.destructive)
+            raise OrchestrateError(f"the plan has destructive changes: {listed}; nothing was "
+                                   f"changed", hint="review them, then apply with "
+                                                    "--allow-destructive")
+        if not confirm(report.text(plan) + "\n\nApply these changes?"):
+            raise OrchestrateError("cancelled; nothing was changed")
+        for change in plan.actions:
+            progress(f"{change.address}: {change.action}")
+            _carry_out(change, planned, ps, who, applied, progress)
+            applied.done.append(change)
+        if options.wait:
+            _wait(applied, ps, progress)
+    return applied
+
+
+def _carry_out(change: Change, planned: Planned, ps: ProjectState, who: Any, applied: Applied,
+               progress: Progress) -> None:
+    doc = planned.doc
+    item = planned.desired.get(change.address)
+    if change.kind == "cluster":
+        if change.action == "delete":
+            actions.cluster_down(change.name, ps, doc, progress)
+        else:
+            assert item is not None and isinstance(item.spec, ClusterSpec)
+            actions.cluster_up(item.spec, item.file, ps, doc, who, progress)
+        return
+    if change.action in ("stop", "forget"):
+        if change.action == "stop":
+            actions.experiment_stop(change.name, ps, doc, progress)
+        else:
+            actions.experiment_forget(change.name, ps, doc)
+        return
+    assert item is not None and isinstance(item.spec, ExperimentSpec)
+    if change.interrupts:  # resubmit: the earlier job is stopped first
+        actions.experiment_stop(change.name, ps, doc, progress, forget=False)
+    applied.jobs[change.name] = actions.experiment_submit(item.spec, item.file, item.hash, ps,
+                                                          doc, who, progress)
+
+
+def _wait(applied: Applied, ps: ProjectState, progress: Progress) -> None:
+    """--wait: follow each submitted job to its end; JobError naming the ones that failed."""
+    from ..jobs.experiment import epoch_printer
+    from ..jobs.targets import jobs_on, recorded_cluster
+    from ..state.document import address
+
+    doc = applied.planned.doc
+    for name, job in applied.jobs.items():
+        entry = doc.resources[address("experiment", name)]
+        cluster = entry.get("cluster")
+        record = recorded_cluster(ps.local, name=cluster) if cluster else None
+        with jobs_on(record, ps.local) as jobs:
+            progress(f"following job {job} ({name})")
+            status = jobs.follow(job, epoch_printer(True, progress))
+        applied.results[name] = status
+        entry["status"] = status
+        ps.write(doc)
+    failed = [f"{name} ({status})" for name, status in applied.results.items()
+              if status != "SUCCEEDED"]
+    if failed:
+        raise JobError(f"job(s) did not succeed: {', '.join(failed)}",
+                       hint="orchestrate logs JOB_ID shows why")

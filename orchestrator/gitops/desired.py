@@ -1,0 +1,142 @@
+"""What the project's files ask for: each cluster and experiment file loaded, rendered, and
+hashed in a form that does not depend on the machine (so two runners with different checkouts
+and different ORCHESTRATE_HOMEs compute the same hash for the same file).
+
+    read_desired(project, files, token_path) -> [Desired]    SpecError with every file's problems
+
+Normalising: the project's root folder becomes "${PROJECT}" and this machine's token file
+"${TOKEN}" in every string of a rendered cluster config and of a job's config.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import Problem, SpecError
+from ..language import load_any
+from ..language.cluster import ClusterSpec
+from ..language.experiment import ExperimentSpec
+from ..language.project import ProjectSpec
+from ..render.cluster import RenderedCluster, render_cluster
+from ..state.document import address
+
+PROJECT_MARK, TOKEN_MARK = "${PROJECT}", "${TOKEN}"
+
+
+@dataclass(frozen=True)
+class Desired:
+    address: str                  # cluster/<name> or experiment/<name>
+    kind: str                     # "cluster" | "experiment"
+    name: str
+    file: str                     # relative to the project's root
+    hash: str                     # of the normalised rendering
+    spec: ClusterSpec | ExperimentSpec = field(repr=False)
+    config: dict[str, Any] | None = field(default=None, repr=False)  # a cluster's, normalised
+    cluster: str | None = None    # an experiment's cluster (None: the runner's local Ray)
+    rendered: RenderedCluster | None = field(default=None, repr=False)
+
+
+def replace_strings(value: Any, swaps: list[tuple[str, str]]) -> Any:
+    """`value` with every string's occurrences of each `old` replaced by `new`, in order."""
+    if isinstance(value, str):
+        for old, new in swaps:
+            if old:
+                value = value.replace(old, new)
+        return value
+    if isinstance(value, dict):
+        return {replace_strings(k, swaps): replace_strings(v, swaps) for k, v in value.items()}
+    if isinstance(value, list):
+        return [replace_strings(v, swaps) for v in value]
+    return value
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def normalise(config: dict[str, Any], root: Path, token_file: Path | str) -> dict[str, Any]:
+    normalised: dict[str, Any] = replace_strings(config, [(str(token_file), TOKEN_MARK),
+                                                          (str(root), PROJECT_MARK)])
+    return normalised
+
+
+def localise(config: dict[str, Any], root: Path, token_file: Path | str) -> dict[str, Any]:
+    """The inverse of `normalise` on this machine."""
+    local: dict[str, Any] = replace_strings(config, [(TOKEN_MARK, str(token_file)),
+                                                     (PROJECT_MARK, str(root))])
+    return local
+
+
+class _Shipped:
+    """Working-dir digests, computed once per folder and excludes within one plan (a project's
+    experiments often share a folder). The project's own cluster and experiment files are left
+    out: an experiment's content is in its config already, and editing or removing one file must
+    not resubmit every experiment beside it."""
+
+    def __init__(self, project_files: set[Path]) -> None:
+        self.seen: dict[tuple[str, tuple[str, ...]], str] = {}
+        self.project_files = project_files
+
+    def digest(self, spec: ExperimentSpec, storage: str | None) -> str:
+        from ..render.experiment import ship
+
+        extra = tuple((spec.document.get("runtime_env") or {}).get("excludes") or ())
+        key = (str(spec.working_dir), (*extra, str(storage)))  # what ship's excludes come from
+        if key not in self.seen:
+            shipped = ship(spec)
+            code = tuple(f for f in shipped.files
+                         if shipped.root / f[0] not in self.project_files)
+            self.seen[key] = dataclasses.replace(shipped, files=code).digest()
+        return self.seen[key]
+
+
+def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped) -> Desired:
+    from ..render.experiment import resolve_config
+
+    resolved = resolve_config(spec)
+    config = replace_strings(dict(resolved), [(str(project.root), PROJECT_MARK)])
+    cluster = spec.cluster.name if spec.cluster else None
+    content = {"config": config, "cluster": cluster,
+               "working_dir": shipped.digest(spec, resolved["run_config"].get("storage_path"))}
+    return Desired(address("experiment", spec.name), "experiment", spec.name,
+                   project.relative(spec.path), digest(content), spec, cluster=cluster)
+
+
+def read_desired(project: ProjectSpec, files: list[Path], token_path: Callable[[str], Path],
+                 project_files: set[Path] | None = None) -> list[Desired]:
+    """Load and render every file; SpecError with the problems of all of them at once, and
+    with two files that claim the same address."""
+    problems: list[Problem] = []
+    desired: dict[str, Desired] = {}
+    shipped = _Shipped((project_files if project_files is not None else set(project.files()))
+                       | set(files))
+    for path in files:
+        try:
+            spec = load_any(path)
+        except SpecError as exc:
+            problems += [p for p in exc.problems if p.severity != "warning"]
+            continue
+        if isinstance(spec, ClusterSpec):
+            token = token_path(spec.name)
+            rendered = render_cluster(spec, token_file=str(token))
+            config = normalise(rendered.config, project.root, token)
+            item = Desired(address("cluster", spec.name), "cluster", spec.name,
+                           project.relative(path), digest(config), spec, config,
+                           rendered=rendered)
+        else:
+            item = _experiment(spec, project, shipped)
+        other = desired.get(item.address)
+        if other is not None:
+            problems.append(Problem(str(path), f"{item.kind} {item.name!r} is also defined in "
+                                               f"{other.file}", line=1,
+                                    hint="names must be unique within a project"))
+            continue
+        desired[item.address] = item
+    if problems:
+        raise SpecError(problems)
+    return list(desired.values())

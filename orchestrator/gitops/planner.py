@@ -1,0 +1,216 @@
+"""What `apply` would do to a project: a pure decision over what the files ask for, what the
+state records, and what the refresh found live. No I/O here.
+
+    plan_project(desired, doc, live, partial=False) -> ProjectPlan
+
+Clusters (cluster.plan decides each one): create, no-op, update (worker counts/autoscaling:
+`ray up --no-restart`, jobs survive), restart (Ray restarts, jobs die), replace (down, then up),
+delete (the file left the project). Experiments: submit, no-op (this content was submitted),
+resubmit (the content changed), stop (the file left while its job runs), forget (the file left
+after its job ended). Destructive: restart, replace, delete, stop, and a resubmit whose earlier
+job still runs; each lists the running jobs it would interrupt.
+
+Order: experiments that leave are stopped or forgotten first, then the clusters change (deletes
+first), then experiments are submitted, so a job's cluster is there before the job and jobs are
+stopped before their cluster goes. A partial plan (explicit files) never deletes anything.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..cluster.plan import Action, Recorded, plan_cluster
+from ..errors import Problem, SpecError
+from ..state import UP, ClusterRecord
+from ..state.document import Entry, StateDoc, address
+from .desired import Desired
+from .live import RUNNING, Live
+
+DESTRUCTIVE = ("restart", "replace", "delete", "stop")
+CREATES, UPDATES, DELETES = ("create", "submit"), ("update", "restart", "replace", "resubmit"), \
+    ("delete", "stop", "forget")
+_CLUSTER_ACTIONS = {Action.CREATE: "create", Action.NOOP: "no-op", Action.UPDATE: "update",
+                    Action.RESTART: "restart", Action.REPLACE: "replace", Action.DESTROY: "delete"}
+
+
+@dataclass(frozen=True)
+class Change:
+    address: str
+    kind: str                           # "cluster" | "experiment"
+    name: str
+    file: str                           # relative to the project's root ("" if unknown)
+    action: str
+    reason: str
+    before: str | None = None           # the hash state records
+    after: str | None = None            # the hash the file renders to
+    fields: tuple[str, ...] = ()        # "~ max_workers", "+ setup_commands", ...
+    interrupts: tuple[str, ...] = ()    # running jobs this change would stop
+    cluster: str | None = None          # an experiment's cluster (None: the local Ray)
+    destructive: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "kind": self.kind, "name": self.name,
+                "file": self.file, "action": self.action, "reason": self.reason,
+                "destructive": self.destructive, "before": self.before, "after": self.after,
+                "fields": list(self.fields), "interrupts": list(self.interrupts),
+                "cluster": self.cluster}
+
+
+@dataclass(frozen=True)
+class Drift:
+    address: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"address": self.address, "message": self.message}
+
+
+@dataclass(frozen=True)
+class ProjectPlan:
+    project: str
+    lineage: str
+    serial: int
+    partial: bool
+    refreshed: bool
+    changes: tuple[Change, ...] = ()
+    drift: tuple[Drift, ...] = ()
+
+    @property
+    def actions(self) -> tuple[Change, ...]:
+        return tuple(c for c in self.changes if c.action != "no-op")
+
+    @property
+    def destructive(self) -> tuple[Change, ...]:
+        return tuple(c for c in self.changes if c.destructive)
+
+    def summary(self) -> dict[str, int]:
+        count = {"create": 0, "update": 0, "delete": 0, "unchanged": 0}
+        for change in self.changes:
+            group = "create" if change.action in CREATES else "update" \
+                if change.action in UPDATES else "delete" if change.action in DELETES \
+                else "unchanged"
+            count[group] += 1
+        return count
+
+
+def _recorded(name: str, entry: Entry) -> Recorded:
+    fields = {k: v for k, v in (entry.get("record") or {}).items()
+              if k in {f.name for f in dataclasses.fields(ClusterRecord)}}
+    record = ClusterRecord(name=name, provider=entry.get("provider", ""),
+                           file=entry.get("file", ""), config_hash=entry.get("hash", ""),
+                           **fields)
+    return Recorded(record, entry.get("config"))
+
+
+def _cluster_changes(desired: dict[str, Desired], doc: StateDoc, live: Live,
+                     partial: bool) -> tuple[list[Change], list[Drift]]:
+    changes: list[Change] = []
+    drift: list[Drift] = []
+    recorded = doc.entries("cluster")
+    for name in sorted(set(desired) | (set() if partial else set(recorded))):
+        item, entry = desired.get(name), recorded.get(name)
+        where = address("cluster", name)
+        seen = live.clusters.get(name)
+        health = seen.health if seen else None
+        if entry is not None and live.refreshed and (entry.get("record") or {}).get("state") == UP:
+            if health is None:
+                drift.append(Drift(where, f"recorded as up, but {seen.error if seen else 'not asked'}"))
+        elif entry is not None and (entry.get("record") or {}).get("state") != UP:
+            record = entry.get("record") or {}
+            drift.append(Drift(where, f"the last operation left it {record.get('state')}"
+                                      + (f": {record['message']}" if record.get("message") else "")))
+        rendered = None
+        if item is not None:
+            assert item.rendered is not None and item.config is not None
+            rendered = dataclasses.replace(item.rendered, config=item.config)
+        plan = plan_cluster(rendered, _recorded(name, entry) if entry else None, health,
+                            asked=live.refreshed)
+        action = _CLUSTER_ACTIONS[plan.action]
+        if item is not None and health is not None and action == "no-op" and \
+                health.nodes_alive < item.rendered.expected_nodes:  # type: ignore[union-attr]
+            drift.append(Drift(where, f"{health.nodes_alive} of "
+                                      f"{item.rendered.expected_nodes} nodes alive"))  # type: ignore[union-attr]
+        destructive = action in DESTRUCTIVE
+        changes.append(Change(
+            where, "cluster", name, item.file if item else entry.get("file", "") if entry else "",
+            action, "the file is no longer in the project" if action == "delete" else plan.reason,
+            before=entry.get("hash") if entry else None, after=item.hash if item else None,
+            fields=plan.changes, destructive=destructive,
+            interrupts=tuple(seen.running()) if destructive and seen else ()))
+    return changes, drift
+
+
+def _experiment_changes(desired: dict[str, Desired], doc: StateDoc, live: Live,
+                        partial: bool) -> tuple[list[Change], list[Drift]]:
+    changes: list[Change] = []
+    drift: list[Drift] = []
+    recorded = doc.entries("experiment")
+    for name in sorted(set(desired) | (set() if partial else set(recorded))):
+        item, entry = desired.get(name), recorded.get(name)
+        where = address("experiment", name)
+        job = (entry or {}).get("job_id")
+        cluster = item.cluster if item else (entry or {}).get("cluster")
+        status = live.job_status((entry or {}).get("cluster"), job) if job and live.refreshed \
+            else None
+        if status == "MISSING":
+            drift.append(Drift(where, f"job {job} is no longer in its Ray's job table"))
+        running = status in RUNNING if status else \
+            (entry or {}).get("status") in (*RUNNING, "SUBMITTED")
+        base: dict[str, Any] = {"before": (entry or {}).get("hash"),
+                                "after": item.hash if item else None, "cluster": cluster,
+                                "file": item.file if item else (entry or {}).get("file", "")}
+        if item is None:
+            assert entry is not None
+            if running:
+                changes.append(Change(where, "experiment", name, action="stop",
+                                      reason=f"the file is no longer in the project; job {job} "
+                                             f"is {status or 'recorded as running'}",
+                                      interrupts=(job,) if job else (), destructive=True, **base))
+            else:
+                changes.append(Change(where, "experiment", name, action="forget",
+                                      reason="the file is no longer in the project; job "
+                                             f"{job} ended ({status or entry.get('status')})",
+                                      **base))
+        elif entry is None:
+            changes.append(Change(where, "experiment", name, action="submit",
+                                  reason="not submitted yet", **base))
+        elif entry.get("hash") == item.hash:
+            changes.append(Change(where, "experiment", name, action="no-op",
+                                  reason=f"submitted as {job} ({status or entry.get('status')})",
+                                  **base))
+        else:
+            interrupts = (job,) if running and job else ()
+            changes.append(Change(where, "experiment", name, action="resubmit",
+                                  reason="the experiment changed since it was submitted"
+                                         + (f"; job {job} is stopped first" if interrupts else ""),
+                                  interrupts=interrupts, destructive=bool(interrupts), **base))
+    return changes, drift
+
+
+def _check_clusters(experiments: dict[str, Desired], clusters: dict[str, Desired],
+                    doc: StateDoc) -> None:
+    known = set(clusters) | set(doc.entries("cluster"))
+    problems = [Problem(item.file, f"experiment {item.name!r} runs on cluster {item.cluster!r}, "
+                                   f"which is neither in the project nor in its state",
+                        line=1, field="cluster",
+                        hint="add the cluster's file to the project's include globs")
+                for item in experiments.values() if item.cluster and item.cluster not in known]
+    if problems:
+        raise SpecError(problems)
+
+
+def plan_project(desired: list[Desired], doc: StateDoc, live: Live, *,
+                 partial: bool = False) -> ProjectPlan:
+    clusters = {d.name: d for d in desired if d.kind == "cluster"}
+    experiments = {d.name: d for d in desired if d.kind == "experiment"}
+    _check_clusters(experiments, clusters, doc)
+    cluster_changes, cluster_drift = _cluster_changes(clusters, doc, live, partial)
+    experiment_changes, experiment_drift = _experiment_changes(experiments, doc, live, partial)
+    leaving = [c for c in experiment_changes if c.action in ("stop", "forget")]
+    coming = [c for c in experiment_changes if c.action not in ("stop", "forget")]
+    cluster_changes.sort(key=lambda c: (c.action != "delete", c.name))
+    return ProjectPlan(doc.project, doc.lineage, doc.serial, partial, live.refreshed,
+                       tuple(leaving + cluster_changes + coming),
+                       tuple(cluster_drift + experiment_drift))
+

@@ -1,0 +1,65 @@
+"""`plan`'s refresh: what is live now, for what the state records. Read-only: each recorded
+cluster is checked out into a scratch folder (never this machine's ORCHESTRATE_HOME), its
+dashboard asked for its health and its job table, and the folder removed.
+
+    refresh(doc, project_state) -> Live
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .. import embedded
+from ..cluster.health import probe
+from ..endpoint import open_cluster
+from ..errors import OrchestrateError
+from ..state import UP, State
+from ..state.document import StateDoc
+from ..state.folder import FolderStore
+from ..state.secrets import FileSecrets
+from ..util.http import HttpError, get_json
+from .live import ClusterLive, Live
+from .local import checkout
+from .store import ProjectState
+
+
+def _jobs(address: str, token: str | None) -> dict[str, str]:
+    rows: Any = get_json(address, "/api/jobs/", token, timeout=10)
+    return {str(row.get("submission_id") or row.get("job_id")): str(row.get("status"))
+            for row in rows if isinstance(row, dict)} if isinstance(rows, list) else {}
+
+
+def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State) -> ClusterLive:
+    try:
+        record = checkout(entry, ps, scratch)
+        with open_cluster(record, scratch, timeout=15) as endpoint:
+            health = probe(endpoint)
+            try:
+                jobs = _jobs(endpoint.address, endpoint.token)
+            except HttpError as exc:
+                return ClusterLive(health, f"its job table did not answer: {exc}")
+            return ClusterLive(health, None, jobs)
+    except OrchestrateError as exc:
+        return ClusterLive(None, exc.message)
+
+
+def refresh(doc: StateDoc, ps: ProjectState) -> Live:
+    folder = Path(tempfile.mkdtemp(prefix="orchestrate-refresh-"))
+    try:
+        scratch = State(FolderStore(folder), FileSecrets(folder / "secrets"))
+        clusters = {name: _cluster(entry, ps, scratch)
+                    for name, entry in sorted(doc.entries("cluster").items())
+                    if (entry.get("record") or {}).get("state") == UP}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    local_jobs = None
+    ray = embedded.current(ps.local.secrets)
+    if ray is not None:
+        endpoint = ray.endpoint(ps.local.secrets)
+        try:
+            local_jobs = _jobs(endpoint.address, endpoint.token)
+        except HttpError:
+            local_jobs = None
+    return Live(True, clusters, local_jobs)

@@ -1,0 +1,143 @@
+"""A plan for people (text, markdown for a pull-request comment) and for programs (JSON, schema
+in schemas/plan.schema.json), and as a saved plan file (`plan --out`, `apply PLANFILE`).
+
+    as_json(plan, git_commit) -> dict          format_version 1
+    text(plan) / markdown(plan) -> str
+    save(path, plan, git_commit, files) / load(path) -> dict
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import StateError
+from ..util.files import atomic_write
+from .planner import Change, ProjectPlan
+
+FORMAT_VERSION = 1
+PLAN_KIND = "orchestrate-plan"
+SYMBOLS = {"create": "+", "submit": "+", "update": "~", "resubmit": "~", "restart": "!",
+           "replace": "-/+", "delete": "-", "stop": "-", "forget": "-", "no-op": " "}
+
+
+def git_commit(folder: Path) -> str | None:
+    """The commit checked out in `folder`'s repository, if it is one (and git is installed)."""
+    try:
+        done = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def summary_line(plan: ProjectPlan) -> str:
+    count = plan.summary()
+    if not plan.actions:
+        return f"No changes. {count['unchanged']} unchanged."
+    return (f"Plan: {count['create']} to create, {count['update']} to update, "
+            f"{count['delete']} to delete, {count['unchanged']} unchanged.")
+
+
+def as_json(plan: ProjectPlan, commit: str | None) -> dict[str, Any]:
+    return {"format_version": FORMAT_VERSION, "project": plan.project,
+            "lineage": plan.lineage, "serial": plan.serial, "git_commit": commit,
+            "partial": plan.partial, "refreshed": plan.refreshed,
+            "changes": [c.as_dict() for c in plan.changes],
+            "drift": [d.as_dict() for d in plan.drift], "summary": plan.summary()}
+
+
+def _lines(change: Change) -> list[str]:
+    lines = [f"{SYMBOLS.get(change.action, '?'):>3} {change.address}: {change.action} "
+             f"({change.reason})" + (f"  [{change.file}]" if change.file else "")]
+    lines += [f"      {field}" for field in change.fields]
+    if change.interrupts:
+        lines.append(f"      interrupts running jobs: {', '.join(change.interrupts)}")
+    return lines
+
+
+def text(plan: ProjectPlan) -> str:
+    out = [f"project {plan.project} (state serial {plan.serial}"
+           + (", partial: only the files given" if plan.partial else "")
+           + ("" if plan.refreshed else ", not refreshed") + ")"]
+    if plan.drift:
+        out += ["", "Drift (found live, not in the files):"]
+        out += [f"  ~ {d.address}: {d.message}" for d in plan.drift]
+    if plan.actions:
+        out += ["", "Changes:"]
+        for change in plan.actions:
+            out += _lines(change)
+    if plan.destructive:
+        out += ["", f"{len(plan.destructive)} destructive change(s): apply needs "
+                    f"--allow-destructive"]
+    out += ["", summary_line(plan)]
+    return "\n".join(out)
+
+
+def markdown(plan: ProjectPlan, commit: str | None) -> str:
+    out = [f"### orchestrate plan: `{plan.project}`", "",
+           f"**{summary_line(plan)}**"
+           + (f" (commit `{commit[:12]}`)" if commit else "")
+           + (" Partial plan: only the files given." if plan.partial else ""), ""]
+    if plan.actions:
+        out += ["| | address | action | reason | interrupts |", "|---|---|---|---|---|"]
+        for c in plan.actions:
+            warn = ":warning:" if c.destructive else ""
+            out.append(f"| {warn} | `{c.address}` | **{c.action}** | {_cell(c.reason)} | "
+                       f"{', '.join(f'`{j}`' for j in c.interrupts)} |")
+        detailed = [c for c in plan.actions if c.fields]
+        if detailed:
+            out += ["", "<details><summary>Changed fields</summary>", "", "```diff"]
+            for c in detailed:
+                out.append(f"# {c.address}")
+                out += [f.replace("~ ", "! ", 1) for f in c.fields]
+            out += ["```", "</details>"]
+    if plan.drift:
+        out += ["", "**Drift** (found live, not in the files):", ""]
+        out += [f"- `{d.address}`: {_cell(d.message)}" for d in plan.drift]
+    if plan.destructive:
+        out += ["", f":warning: {len(plan.destructive)} destructive change(s): apply needs "
+                    f"`--allow-destructive`."]
+    return "\n".join(out) + "\n"
+
+
+def _cell(value: str) -> str:
+    return value.replace("|", "\\|").replace("\n", " ")
+
+
+def save(path: Path, plan: ProjectPlan, commit: str | None, files: list[str]) -> None:
+    document = {"kind": PLAN_KIND, "created_at": time.time(), "files": files,
+                **as_json(plan, commit)}
+    atomic_write(path, json.dumps(document, indent=2, sort_keys=True) + "\n", mode=0o600)
+
+
+def load(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StateError(f"no plan file {path}") from None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise StateError(f"{path} is not a plan file ({type(exc).__name__})") from None
+    if not isinstance(document, dict) or document.get("kind") != PLAN_KIND:
+        raise StateError(f"{path} is not a plan saved by `orchestrate plan --out`")
+    if document.get("format_version") != FORMAT_VERSION:
+        raise StateError(f"{path} is a plan of format {document.get('format_version')}; this "
+                         f"orchestrate reads format {FORMAT_VERSION}",
+                         hint="plan again with this version")
+    return document
+
+
+def from_json(document: dict[str, Any]) -> ProjectPlan:
+    from .planner import Drift
+
+    def change(c: dict[str, Any]) -> Change:
+        values: dict[str, Any] = {k: tuple(v) if k in ("fields", "interrupts") else v
+                                  for k, v in c.items()}
+        return Change(**values)
+
+    changes = tuple(change(c) for c in document["changes"])
+    return ProjectPlan(document["project"], document["lineage"], document["serial"],
+                       document["partial"], document["refreshed"], changes,
+                       tuple(Drift(**d) for d in document["drift"]))

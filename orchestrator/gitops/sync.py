@@ -1,0 +1,71 @@
+"""`up`, `down` and `run` of a file that belongs to a project keep the project's state true,
+so a cluster started with `orchestrate up` shows in `plan` as managed, not as one to create.
+
+    project_of(path) -> ProjectSpec | None     the project whose files include `path`
+
+The single-file command runs through the same actions `apply` uses, under the project's lock
+(`run` holds it only to write its entry: a job may run for hours).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import SpecError
+from ..language.cluster import ClusterSpec
+from ..language.project import ProjectSpec, find_project, load_project
+from ..state import State, cluster_key
+from ..state.document import address
+from . import actions
+from .desired import read_desired
+from .store import ProjectState
+
+Progress = Callable[[str], None]
+
+
+def project_of(path: Path) -> ProjectSpec | None:
+    found = find_project(path)
+    if found is None:
+        return None
+    project = load_project(found)
+    return project if project.contains(path) else None
+
+
+def up(project: ProjectSpec, spec: ClusterSpec, local: State, options: Any,
+       progress: Progress, confirm: Callable[[str], bool]) -> Any:
+    ps = ProjectState.open(project, local)
+    with ps.lock("up", progress=progress) as who:
+        doc = ps.read()
+        return actions.cluster_up(spec, project.relative(spec.path), ps, doc, who, progress,
+                                  options=options, confirm=confirm)
+
+
+def down(project: ProjectSpec, name: str, local: State, progress: Progress,
+         timeout: float) -> bool:
+    """False when the project's state does not record the cluster (the caller goes on)."""
+    ps = ProjectState.open(project, local)
+    with ps.lock("down", progress=progress):
+        doc = ps.read()
+        if address("cluster", name) not in doc.resources:
+            return False
+        actions.cluster_down(name, ps, doc, progress, timeout=timeout)
+    return True
+
+
+def record_run(project: ProjectSpec, path: Path, job_id: str, cluster: str | None,
+               local: State, progress: Progress) -> None:
+    """After `run` submitted a job: the experiment's entry, as `apply` would write it."""
+    ps = ProjectState.open(project, local)
+    try:
+        [item] = read_desired(project, [path.resolve()], lambda name: local.secrets.path(cluster_key(name)))
+    except SpecError:
+        return  # it was valid a moment ago; if it changed since, the next plan shows it
+    with ps.lock("run", progress=progress) as who:
+        from .store import stamp
+
+        doc = ps.read()
+        doc.resources[item.address] = stamp(
+            {"kind": "experiment", "name": item.name, "file": item.file, "hash": item.hash,
+             "cluster": cluster, "job_id": job_id, "status": "SUBMITTED"}, who)
+        ps.write(doc)
