@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import OrchestrateError
 from ..output import emit_json, info, is_interactive, seconds
 from .plan import add_project_argument, open_project
+
+if TYPE_CHECKING:
+    from ..gitops.store import ProjectState
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +39,23 @@ def _is_plan_file(text: str) -> bool:
     return path.is_file() and path.suffix not in (".yaml", ".yml")
 
 
+def _open(args: argparse.Namespace, plan_file: Path | None) -> ProjectState:
+    """The project: for a saved plan, the one here (or --project); an error names the plan's."""
+    if plan_file is None:
+        return open_project(args)
+    from ..errors import SpecError
+    from ..gitops import report
+
+    try:
+        return open_project(args, start=Path.cwd())
+    except SpecError:
+        saved = report.load(plan_file)
+        raise OrchestrateError(f"{plan_file} is a plan of project {saved['project']!r}, and no "
+                               f"orchestrate.yaml is here or above",
+                               hint="run apply in the project's folder, or pass --project "
+                                    "FILE") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..gitops import report
     from ..gitops.apply import ApplyOptions, apply_project
@@ -44,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     paths = () if plan_file else tuple(args.paths)
     if plan_file is not None:
         args.paths = []
-    ps = open_project(args, start=Path.cwd() if plan_file else None)
+    ps = _open(args, plan_file)
 
     def confirm(question: str) -> bool:
         info(question.rsplit("\n\n", 1)[0])

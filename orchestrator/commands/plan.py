@@ -47,10 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def open_project(args: argparse.Namespace, start: Path | None = None) -> ProjectState:
     from ..gitops.store import ProjectState
-    from ..language.project import project_for
+    from ..language.project import find_project, project_for
 
-    first = Path(args.paths[0]) if getattr(args, "paths", None) else Path.cwd()
-    return ProjectState.open(project_for(args.project, start or first))
+    if start is None:  # the project here (or above); else the first path's
+        paths = getattr(args, "paths", None)
+        start = Path(paths[0]) if paths and find_project(Path.cwd()) is None else Path.cwd()
+    return ProjectState.open(project_for(args.project, start))
 
 
 def emit(plan: ProjectPlan, commit: str | None, fmt: str) -> None:
@@ -75,8 +77,13 @@ def run(args: argparse.Namespace) -> int:
     planned = make_plan(ps, PlanOptions(tuple(args.paths), refresh=args.refresh))
     commit = report.git_commit(ps.project.root)
     if args.out:
-        report.save(Path(args.out), planned.plan, commit, planned.files)
+        out = Path(args.out)
+        report.save(out, planned.plan, commit, planned.files)
         info(f"saved the plan to {args.out}: apply it with `orchestrate apply {args.out}`")
+        if ps.project.root in out.resolve().parents:
+            info(f"note: {args.out} is inside the project; list it in .gitignore (or write it "
+                 f"elsewhere, e.g. $RUNNER_TEMP), or an experiment that ships this folder ships "
+                 f"it too and the saved plan goes stale")
     emit(planned.plan, commit, args.format)
     if args.detailed_exitcode and planned.plan.actions:
         return 2

@@ -27,9 +27,22 @@ from .store import ProjectState, stamp
 Progress = Callable[[str], None]
 
 
+STAMPS = ("applied_by", "applied_from", "applied_at", "orchestrate_version")
+
+
+def _same(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    def bare(entry: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if entry is None else {k: v for k, v in entry.items() if k not in STAMPS}
+    return bare(old) == bare(new)
+
+
 def _keep(name: str, file: str, ps: ProjectState, doc: StateDoc, who: LockInfo | None) -> None:
+    """This machine's record of the cluster into the state, written only if it changed (a
+    no-op `up` leaves the serial alone, so saved plans stay valid)."""
     entry = checkin(name, ps, ps.local, file)
     where = address("cluster", name)
+    if _same(doc.resources.get(where), entry):
+        return
     if entry is None:
         doc.resources.pop(where, None)
     else:

@@ -20,6 +20,7 @@ from .planner import Change
 from .store import ProjectState
 
 Progress = Callable[[str], None]
+LOCK_WAIT = 120.0   # for the short writes after the actions (a job's final status)
 Confirm = Callable[[str], bool]
 
 
@@ -48,8 +49,9 @@ def check_saved(saved: dict[str, Any], planned: Planned) -> None:
         problems.append(f"the state's lineage is {plan.lineage}, the plan's {saved['lineage']}")
     elif saved["serial"] != plan.serial:
         problems.append(f"the state was written since (serial {saved['serial']} -> {plan.serial})")
-    then = {c["address"]: (c["action"], c["after"]) for c in saved["changes"]}
-    now = {c.address: (c.action, c.after) for c in plan.changes}
+    then = {c["address"]: (c["action"], c["after"], tuple(c["interrupts"]))
+            for c in saved["changes"]}
+    now = {c.address: (c.action, c.after, c.interrupts) for c in plan.changes}
     moved = sorted(a for a in set(then) | set(now) if then.get(a) != now.get(a))
     if moved:
         problems.append(f"these differ from the saved plan: {', '.join(moved)}")
@@ -85,17 +87,30 @@ def apply_project(ps: ProjectState, options: ApplyOptions, progress: Progress,
                                                     "--allow-destructive")
         if not confirm(report.text(plan) + "\n\nApply these changes?"):
             raise OrchestrateError("cancelled; nothing was changed")
+        _record_statuses(planned)  # written with the first change
         for change in plan.actions:
             progress(f"{change.address}: {change.action}")
-            _carry_out(change, planned, ps, who, applied, progress)
+            _carry_out(change, planned, ps, who, applied, progress, options.allow_destructive)
             applied.done.append(change)
-        if options.wait:
-            _wait(applied, ps, progress)
+    if options.wait:  # jobs may run for hours: followed without holding the lock
+        _wait(applied, ps, progress)
     return applied
 
 
+def _record_statuses(planned: Planned) -> None:
+    """The job statuses the refresh found, into the entries of unchanged experiments, so a
+    runner that cannot reach a job's Ray later still knows whether it ended."""
+    for change in planned.plan.changes:
+        entry = planned.doc.resources.get(change.address)
+        if change.kind != "experiment" or change.action != "no-op" or entry is None:
+            continue
+        status = planned.live.job_status(entry.get("cluster"), entry.get("job_id") or "")
+        if status and status != "MISSING":
+            entry["status"] = status
+
+
 def _carry_out(change: Change, planned: Planned, ps: ProjectState, who: Any, applied: Applied,
-               progress: Progress) -> None:
+               progress: Progress, allow_destructive: bool) -> None:
     doc = planned.doc
     item = planned.desired.get(change.address)
     if change.kind == "cluster":
@@ -103,7 +118,10 @@ def _carry_out(change: Change, planned: Planned, ps: ProjectState, who: Any, app
             actions.cluster_down(change.name, ps, doc, progress)
         else:
             assert item is not None and isinstance(item.spec, ClusterSpec)
-            actions.cluster_up(item.spec, item.file, ps, doc, who, progress)
+            # `up` asks the cluster again; if that turns this change destructive (the head
+            # stopped answering meanwhile), it goes on only with --allow-destructive.
+            actions.cluster_up(item.spec, item.file, ps, doc, who, progress,
+                               confirm=lambda _question: allow_destructive)
         return
     if change.action in ("stop", "forget"):
         if change.action == "stop":
@@ -124,17 +142,20 @@ def _wait(applied: Applied, ps: ProjectState, progress: Progress) -> None:
     from ..jobs.targets import jobs_on, recorded_cluster
     from ..state.document import address
 
-    doc = applied.planned.doc
     for name, job in applied.jobs.items():
-        entry = doc.resources[address("experiment", name)]
-        cluster = entry.get("cluster")
+        where = address("experiment", name)
+        cluster = applied.planned.doc.resources[where].get("cluster")
         record = recorded_cluster(ps.local, name=cluster) if cluster else None
         with jobs_on(record, ps.local) as jobs:
             progress(f"following job {job} ({name})")
             status = jobs.follow(job, epoch_printer(True, progress))
         applied.results[name] = status
-        entry["status"] = status
-        ps.write(doc)
+        with ps.lock("apply --wait", timeout=LOCK_WAIT, progress=progress):
+            doc = ps.read()
+            entry = doc.resources.get(where)
+            if entry is not None and entry.get("job_id") == job:  # still this job's entry
+                entry["status"] = status
+                ps.write(doc)
     failed = [f"{name} ({status})" for name, status in applied.results.items()
               if status != "SUCCEEDED"]
     if failed:

@@ -4,8 +4,9 @@ and different ORCHESTRATE_HOMEs compute the same hash for the same file).
 
     read_desired(project, files, token_path) -> [Desired]    SpecError with every file's problems
 
-Normalising: the project's root folder becomes "${PROJECT}" and this machine's token file
-"${TOKEN}" in every string of a rendered cluster config and of a job's config.
+Normalising: this machine's token file becomes "${TOKEN}", the project's root folder
+"${PROJECT}" and the user's home folder "${HOME}" (a `~/ray_results` expanded) in every string
+of a rendered cluster config and of a job's config.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from ..language.project import ProjectSpec
 from ..render.cluster import RenderedCluster, render_cluster
 from ..state.document import address
 
-PROJECT_MARK, TOKEN_MARK = "${PROJECT}", "${TOKEN}"
+PROJECT_MARK, TOKEN_MARK, HOME_MARK = "${PROJECT}", "${TOKEN}", "${HOME}"
 
 
 @dataclass(frozen=True)
@@ -60,15 +61,21 @@ def digest(value: Any) -> str:
 
 
 def normalise(config: dict[str, Any], root: Path, token_file: Path | str) -> dict[str, Any]:
-    normalised: dict[str, Any] = replace_strings(config, [(str(token_file), TOKEN_MARK),
-                                                          (str(root), PROJECT_MARK)])
+    normalised: dict[str, Any] = replace_strings(config, _marks(root, token_file))
     return normalised
+
+
+def _marks(root: Path, token_file: Path | str | None) -> list[tuple[str, str]]:
+    """Longest first: the token file and the project may lie inside the home folder."""
+    home = str(Path.home())
+    return [(str(token_file or ""), TOKEN_MARK), (str(root), PROJECT_MARK),
+            (home if home != "/" else "", HOME_MARK)]
 
 
 def localise(config: dict[str, Any], root: Path, token_file: Path | str) -> dict[str, Any]:
     """The inverse of `normalise` on this machine."""
-    local: dict[str, Any] = replace_strings(config, [(TOKEN_MARK, str(token_file)),
-                                                     (PROJECT_MARK, str(root))])
+    local: dict[str, Any] = replace_strings(config, [(new, old) for old, new
+                                                     in _marks(root, token_file)])
     return local
 
 
@@ -99,7 +106,7 @@ def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped) -
     from ..render.experiment import resolve_config
 
     resolved = resolve_config(spec)
-    config = replace_strings(dict(resolved), [(str(project.root), PROJECT_MARK)])
+    config = replace_strings(dict(resolved), _marks(project.root, None))
     cluster = spec.cluster.name if spec.cluster else None
     content = {"config": config, "cluster": cluster,
                "working_dir": shipped.digest(spec, resolved["run_config"].get("storage_path"))}

@@ -16,6 +16,7 @@ class ClusterLive:
     health: Health | None                 # None: it did not answer (error says why)
     error: str | None = None
     jobs: dict[str, str] = field(default_factory=dict)  # submission id -> status
+    asked: bool = True                    # False: this machine could not even ask (no token)
 
     def running(self) -> list[str]:
         return sorted(job for job, status in self.jobs.items() if status in RUNNING)

@@ -52,7 +52,10 @@ def ensure_token(name: str, ps: ProjectState, entry: Entry | None, local: State,
             ref = known.get("ref") or ps.tokens.ref(key)
             raise StateError(f"cluster {name!r} runs with the token at {ref}, which this "
                              f"machine cannot read", hint=_token_hint(ps, ref))
-        token = ps.tokens.create(key)
+        # A cluster this machine started before the project knew it keeps its token.
+        mine = local.secrets.path(key)
+        token = ps.tokens.create(key, mine.read_text().strip() or None if mine.is_file()
+                                 else None)
     elif known.get("fingerprint") and fingerprint(token) != known["fingerprint"]:
         raise StateError(f"the token at {ps.tokens.ref(key)} is not the one cluster {name!r} "
                          f"runs with (fingerprint {fingerprint(token)}, state has "

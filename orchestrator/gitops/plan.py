@@ -18,8 +18,6 @@ from .live import Live
 from .planner import ProjectPlan, plan_project
 from .store import ProjectState
 
-SUFFIXES = (".yaml", ".yml")
-
 
 @dataclass(frozen=True)
 class PlanOptions:
@@ -33,31 +31,58 @@ class Planned:
     desired: dict[str, Desired]     # address -> what the file asks for
     doc: StateDoc
     files: list[str]                # the files planned, relative to the project's root
+    live: Live                      # what the refresh found
 
 
 def files_for(project: ProjectSpec, paths: tuple[str, ...]) -> tuple[list[Path], bool]:
-    """The project's files, or the given files and folders' YAML files (a partial plan)."""
+    """The project's files, or those of them given (files, or folders: the project's files
+    under them): a partial plan. A given file the project does not include is refused, since
+    a later full plan would delete what it made."""
+    everything = project.files()
     if not paths:
-        return project.files(), False
-    files: list[Path] = []
+        return everything, False
+    chosen: set[Path] = set()
     problems = []
     for text in paths:
-        path = Path(text)
+        path = Path(text).resolve()
         if path.is_dir():
-            files += sorted(p.resolve() for p in path.rglob("*")
-                            if p.suffix in SUFFIXES and p.is_file() and p.name != project.file.name)
-        elif path.is_file():
-            files.append(path.resolve())
-        else:
+            found = [f for f in everything if path == f.parent or path in f.parents]
+            if not found:
+                problems.append(Problem(text, "the folder holds none of the project's files",
+                                        hint=f"the project's include globs: "
+                                             f"{', '.join(project.include)}"))
+            chosen.update(found)
+        elif not path.is_file():
             problems.append(Problem(text, "no such file or folder"))
+        elif path not in everything:
+            problems.append(Problem(text, f"not one of project {project.name}'s files",
+                                    hint=f"add it to `include` in {project.file} (now: "
+                                         f"{', '.join(project.include)}), or check `exclude`"))
+        else:
+            chosen.add(path)
     if problems:
         raise SpecError(problems)
-    return sorted(set(files)), True
+    return sorted(chosen), True
+
+
+def check_not_empty(project: ProjectSpec, files: list[Path], doc: StateDoc) -> None:
+    """A project whose globs match no file at all would delete everything its state holds:
+    more likely a wrong glob or folder than a wish, so it is refused."""
+    if files or not doc.resources:
+        return
+    raise SpecError([project.source.problem(("include",), "no file matches these globs, and "
+                                            "the state holds " + ", ".join(sorted(doc.resources)),
+                                            "check the globs (relative to this file); to remove "
+                                            "everything, `orchestrate down` the clusters and "
+                                            "`orchestrate state rm` the rest")
+                     if project.source else Problem(str(project.file), "no file matches include")])
 
 
 def make_plan(ps: ProjectState, options: PlanOptions) -> Planned:
     files, partial = files_for(ps.project, options.paths)
     doc = ps.read()
+    if not partial:
+        check_not_empty(ps.project, files, doc)
     desired = read_desired(ps.project, files,
                            lambda name: ps.local.secrets.path(cluster_key(name)),
                            None if partial else set(files))
@@ -69,4 +94,4 @@ def make_plan(ps: ProjectState, options: PlanOptions) -> Planned:
         live = Live(False)
     plan = plan_project(desired, doc, live, partial=partial)
     return Planned(plan, {d.address: d for d in desired}, doc,
-                   [ps.project.relative(path) for path in files])
+                   [ps.project.relative(path) for path in files], live)

@@ -113,8 +113,11 @@ def _cluster_changes(desired: dict[str, Desired], doc: StateDoc, live: Live,
         where = address("cluster", name)
         seen = live.clusters.get(name)
         health = seen.health if seen else None
+        asked = live.refreshed and (seen is None or seen.asked)
         if entry is not None and live.refreshed and (entry.get("record") or {}).get("state") == UP:
-            if health is None:
+            if seen is not None and not seen.asked:
+                drift.append(Drift(where, f"not checked: {seen.error}"))
+            elif health is None:
                 drift.append(Drift(where, f"recorded as up, but {seen.error if seen else 'not asked'}"))
         elif entry is not None and (entry.get("record") or {}).get("state") != UP:
             record = entry.get("record") or {}
@@ -125,16 +128,19 @@ def _cluster_changes(desired: dict[str, Desired], doc: StateDoc, live: Live,
             assert item.rendered is not None and item.config is not None
             rendered = dataclasses.replace(item.rendered, config=item.config)
         plan = plan_cluster(rendered, _recorded(name, entry) if entry else None, health,
-                            asked=live.refreshed)
+                            asked=asked)
         action = _CLUSTER_ACTIONS[plan.action]
         if item is not None and health is not None and action == "no-op" and \
                 health.nodes_alive < item.rendered.expected_nodes:  # type: ignore[union-attr]
             drift.append(Drift(where, f"{health.nodes_alive} of "
                                       f"{item.rendered.expected_nodes} nodes alive"))  # type: ignore[union-attr]
         destructive = action in DESTRUCTIVE
+        reason = "the file is no longer in the project" if action == "delete" else plan.reason
+        if destructive and seen is not None and not seen.asked:
+            reason += "; which jobs it runs is unknown (not checked)"
         changes.append(Change(
             where, "cluster", name, item.file if item else entry.get("file", "") if entry else "",
-            action, "the file is no longer in the project" if action == "delete" else plan.reason,
+            action, reason,
             before=entry.get("hash") if entry else None, after=item.hash if item else None,
             fields=plan.changes, destructive=destructive,
             interrupts=tuple(seen.running()) if destructive and seen else ()))
@@ -192,9 +198,10 @@ def _check_clusters(experiments: dict[str, Desired], clusters: dict[str, Desired
                     doc: StateDoc) -> None:
     known = set(clusters) | set(doc.entries("cluster"))
     problems = [Problem(item.file, f"experiment {item.name!r} runs on cluster {item.cluster!r}, "
-                                   f"which is neither in the project nor in its state",
+                                   f"which is neither among the files planned nor in the state",
                         line=1, field="cluster",
-                        hint="add the cluster's file to the project's include globs")
+                        hint="plan the cluster's file too (it must be one of the project's "
+                             "files), or apply it first")
                 for item in experiments.values() if item.cluster and item.cluster not in known]
     if problems:
         raise SpecError(problems)

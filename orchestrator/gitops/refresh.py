@@ -14,8 +14,8 @@ from typing import Any
 from .. import embedded
 from ..cluster.health import probe
 from ..endpoint import open_cluster
-from ..errors import OrchestrateError
-from ..state import UP, State
+from ..errors import OrchestrateError, StateError
+from ..state import UP, State, home
 from ..state.document import StateDoc
 from ..state.folder import FolderStore
 from ..state.secrets import FileSecrets
@@ -34,6 +34,9 @@ def _jobs(address: str, token: str | None) -> dict[str, str]:
 def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State) -> ClusterLive:
     try:
         record = checkout(entry, ps, scratch)
+    except StateError as exc:  # its token is not here: nothing is known about the cluster
+        return ClusterLive(None, exc.message, asked=False)
+    try:
         with open_cluster(record, scratch, timeout=15) as endpoint:
             health = probe(endpoint)
             try:
@@ -46,7 +49,11 @@ def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State) -> Cluster
 
 
 def refresh(doc: StateDoc, ps: ProjectState) -> Live:
-    folder = Path(tempfile.mkdtemp(prefix="orchestrate-refresh-"))
+    # Beside this machine's own token files (0700), not in /tmp: a refresh killed half way
+    # leaves the tokens it fetched no more exposed than `up` leaves its own.
+    scratch_root = home() / "scratch"
+    scratch_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="refresh-", dir=scratch_root))
     try:
         scratch = State(FolderStore(folder), FileSecrets(folder / "secrets"))
         clusters = {name: _cluster(entry, ps, scratch)

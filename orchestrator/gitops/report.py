@@ -126,7 +126,27 @@ def load(path: Path) -> dict[str, Any]:
         raise StateError(f"{path} is a plan of format {document.get('format_version')}; this "
                          f"orchestrate reads format {FORMAT_VERSION}",
                          hint="plan again with this version")
+    problem = _plan_problem(document)
+    if problem:
+        raise StateError(f"{path} is a damaged plan file: {problem}",
+                         hint="plan again (`orchestrate plan --out FILE`)")
     return document
+
+
+def _plan_problem(document: dict[str, Any]) -> str | None:
+    import jsonschema
+
+    from ..language.schema import load_schema
+
+    files = document.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return "'files' is not a list of file names"
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(load_schema("plan")).iter_errors(document))
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path)
+    return f"{where or 'the document'}: {error.message[:200]}"
 
 
 def from_json(document: dict[str, Any]) -> ProjectPlan:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import SpecError, StateError
 from ..language.cluster import ClusterSpec
 from ..language.project import ProjectSpec, find_project, load_project
 from ..state import State, cluster_key
@@ -22,6 +22,7 @@ from .desired import read_desired
 from .store import ProjectState
 
 Progress = Callable[[str], None]
+LOCK_WAIT = 120.0   # `run` records its job after submitting it: worth waiting for the lock
 
 
 def project_of(path: Path) -> ProjectSpec | None:
@@ -61,11 +62,15 @@ def record_run(project: ProjectSpec, path: Path, job_id: str, cluster: str | Non
         [item] = read_desired(project, [path.resolve()], lambda name: local.secrets.path(cluster_key(name)))
     except SpecError:
         return  # it was valid a moment ago; if it changed since, the next plan shows it
-    with ps.lock("run", progress=progress) as who:
-        from .store import stamp
+    from .store import stamp
 
-        doc = ps.read()
-        doc.resources[item.address] = stamp(
-            {"kind": "experiment", "name": item.name, "file": item.file, "hash": item.hash,
-             "cluster": cluster, "job_id": job_id, "status": "SUBMITTED"}, who)
-        ps.write(doc)
+    try:
+        with ps.lock("run", timeout=LOCK_WAIT, progress=progress) as who:
+            doc = ps.read()
+            doc.resources[item.address] = stamp(
+                {"kind": "experiment", "name": item.name, "file": item.file, "hash": item.hash,
+                 "cluster": cluster, "job_id": job_id, "status": "SUBMITTED"}, who)
+            ps.write(doc)
+    except StateError as exc:  # the job runs all the same; the next plan shows it as new
+        progress(f"warning: job {job_id} is not recorded in project {project.name}'s state: "
+                 f"{exc.message}")

@@ -37,9 +37,10 @@ class TokenSource(Protocol):
     def fetch(self, key: str) -> str | None:
         """The token, None if there is none; StateError naming the reference otherwise."""
 
-    def create(self, key: str) -> str:
-        """A new token stored at the reference, returned. Never overwrites: a token found
-        there (another runner made it meanwhile) is returned instead."""
+    def create(self, key: str, token: str | None = None) -> str:
+        """A new token (or `token`: one a running cluster has already) stored at the reference,
+        returned. Never overwrites: a token found there (another runner made it meanwhile) is
+        returned instead."""
 
     def delete(self, key: str) -> None:
         """Forget the token (nothing if it is gone, or cannot be stored here)."""
@@ -68,8 +69,10 @@ class FileTokens:
         except ClusterError as exc:  # names the key and the file, never the content
             raise self._unusable(key, exc) from None
 
-    def create(self, key: str) -> str:
+    def create(self, key: str, token: str | None = None) -> str:
         try:
+            if token is not None and not self.local.path(key).exists():
+                self.local.put(key, token)
             self.local.ensure(key)
             return self.local.read(key)
         except ClusterError as exc:
@@ -100,7 +103,7 @@ class EnvTokens:
     def fetch(self, key: str) -> str | None:
         return (os.environ.get(self.variable(key)) or "").strip() or None
 
-    def create(self, key: str) -> str:
+    def create(self, key: str, token: str | None = None) -> str:
         found = self.fetch(key)
         if found is not None:
             return found
@@ -160,8 +163,8 @@ class SecretsManagerTokens:
                              hint="put the cluster's token there as the secret's string value")
         return token.strip()
 
-    def create(self, key: str) -> str:
-        token = new_token()
+    def create(self, key: str, token: str | None = None) -> str:
+        token = token or new_token()
         made = self._call(key, "create", "create_secret", Name=self.name(key), SecretString=token,
                           Description=f"orchestrate: the Ray auth token of {key}",
                           absent=("ResourceExistsException",))

@@ -123,6 +123,10 @@ def test_two_runners_share_one_project(make_machine, moto_server, tmp_path, monk
         assert recorded["resources"][f"cluster/{name}"]["token"]["ref"] == \
             f"aws-sm://orc/ml/clusters/{name}"
 
+        serial = state(s3)["serial"]
+        a("up", str(cluster), "-y")  # a no-op: the state is not written again
+        assert state(s3)["serial"] == serial
+
         # B plans with nothing of its own: no changes, and it starts nothing.
         gcs = machine.user.ray_pids("gcs_server")
         done = b("plan", "--detailed-exitcode")
@@ -185,15 +189,14 @@ def test_two_runners_share_one_project(make_machine, moto_server, tmp_path, monk
 
         # The cluster's file removed: delete, only with --allow-destructive; no Ray is left.
         cluster.unlink()
-        (root / "experiments" / "first.yaml").unlink()
         plan = a.plan()
-        assert actions(plan) == {"experiment/first": "forget", f"cluster/{name}": "delete"}, \
+        assert actions(plan) == {"experiment/first": "no-op", f"cluster/{name}": "delete"}, \
             json.dumps(plan["changes"])
         refused = a("apply", "-y", ok=False)
         assert refused.returncode == 1 and "--allow-destructive" in refused.stderr
         assert f"cluster/{name}" in state(s3)["resources"]
         a("apply", "-y", "--allow-destructive")
-        assert state(s3)["resources"] == {}
+        assert sorted(state(s3)["resources"]) == ["experiment/first"]
         assert wait_until(lambda: not machine.user.ray_pids("ray|gcs_server|raylet"), 60)
 
         # The token was never printed, logged, or written into state or plans.

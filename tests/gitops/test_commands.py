@@ -18,6 +18,7 @@ from orchestrator.gitops.store import ProjectState
 from orchestrator.language.project import load_project
 from orchestrator.state import State
 
+from ..moto_server import aws_env, moto_server  # noqa: F401 - fixtures
 from .test_planner import Project, applied, cluster, experiment
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,13 +102,19 @@ def test_apply_refuses_destructive_changes_and_asks_for_auto_approve(project):
     (project.root / "clusters" / "gpu.yaml").unlink()
     (project.root / "experiments" / "mnist.yaml").unlink()
     before = cli(project, "state", "list", "--format", "json").stdout
+    # No file left at all: more likely a wrong glob than a wish to delete everything.
+    empty = cli(project, "plan", "--refresh=false")
+    assert empty.returncode == 1
+    assert "orchestrate.yaml:1: include: no file matches these globs" in empty.stderr
+    assert "cluster/gpu, experiment/mnist" in empty.stderr
+
+    project.write("experiments", "other", experiment("other", None))
     refused = cli(project, "apply", "-y")
     assert refused.returncode == 1
     assert "destructive" in refused.stderr and "cluster/gpu (delete" in refused.stderr
     assert "--allow-destructive" in refused.stderr
     assert cli(project, "state", "list", "--format", "json").stdout == before
 
-    project.write("experiments", "other", experiment("other", None))
     no_terminal = cli(project, "apply", "experiments/other.yaml")  # partial: no deletes
     assert no_terminal.returncode == 1
     assert "needs -y/--auto-approve" in no_terminal.stderr
@@ -170,5 +177,52 @@ def test_a_runner_without_the_token_is_told_which_reference(project, monkeypatch
     monkeypatch.delenv("ORC_TOKEN_GPU", raising=False)
     done = cli(project, "plan")  # the refresh needs the token to reach the cluster
     assert done.returncode == 0, done.stderr
-    assert "env://ORC_TOKEN_GPU" in done.stdout  # drift: recorded up, not reachable, and why
-    assert "cluster/gpu: restart" in done.stdout
+    # Drift: not checked, and why; not a restart of a cluster nobody could ask.
+    assert "cluster/gpu: not checked" in done.stdout and "env://ORC_TOKEN_GPU" in done.stdout
+    assert "No changes" in done.stdout
+    applying = cli(project, "apply", "-y", "--allow-destructive",
+                   str(project.write("clusters", "gpu", cluster("gpu", project.key, max_workers=1,
+                                                                 min_workers=1))))
+    assert applying.returncode == 1
+    assert "cannot read" in applying.stderr and "env://ORC_TOKEN_GPU" in applying.stderr
+
+
+def test_a_partial_plan_takes_only_the_projects_files(project, tmp_path):
+    stray = tmp_path / "stray.yaml"
+    stray.write_text(yaml.safe_dump(cluster("stray", project.key)))
+    done = cli(project, "plan", "--refresh=false", str(stray))
+    assert done.returncode == 1 and "not one of project p's files" in done.stderr
+    (project.root / ".github").mkdir()
+    (project.root / ".github" / "ci.yml").write_text("on: push\n")
+    folder = cli(project, "plan", "--refresh=false", "--format", "json", ".")
+    assert folder.returncode == 0, folder.stderr  # the folder's project files, not its others
+    assert json.loads(folder.stdout)["partial"] is True
+
+
+def test_a_damaged_plan_file_is_an_error_not_a_crash(project, tmp_path):
+    saved = tmp_path / "plan.json"
+    assert cli(project, "plan", "--refresh=false", "--out", str(saved)).returncode == 0
+    document = json.loads(saved.read_text())
+    del document["changes"]
+    saved.write_text(json.dumps(document))
+    for command in (("show", str(saved)), ("apply", str(saved), "-y")):
+        done = cli(project, *command)
+        assert done.returncode == 1, done.stderr
+        assert "damaged plan file" in done.stderr and "'changes' is a required" in done.stderr
+
+
+def test_a_cluster_started_before_the_project_keeps_its_token(project, aws_env):  # noqa: F811
+    """aws-sm:// tokens (Secrets Manager on moto's server on loopback): the first apply of a
+    cluster this machine already runs stores the token it runs with, not a new one."""
+    from orchestrator.gitops.local import ensure_token
+    from orchestrator.state import cluster_key
+
+    document = yaml.safe_load((project.root / "orchestrate.yaml").read_text())
+    document["secrets"] = "aws-sm://orc/p/"
+    (project.root / "orchestrate.yaml").write_text(yaml.safe_dump(document))
+    local = State.here()
+    running = local.secrets.ensure(cluster_key("gpu")).read_text()
+    ps = ProjectState.open(load_project(project.root / "orchestrate.yaml"), local)
+    ensure_token("gpu", ps, None, local, create=True)
+    assert ps.tokens.fetch(cluster_key("gpu")) == running
+    assert local.secrets.read(cluster_key("gpu")) == running

@@ -186,6 +186,15 @@ def test_a_dead_cluster_is_drift_and_restarts(project):
     assert not quiet.actions and not quiet.drift and not quiet.refreshed
 
 
+def test_a_cluster_this_machine_cannot_ask_is_drift_and_unchanged(project):
+    doc = applied(project)
+    cannot = Live(True, {"gpu": ClusterLive(None, "no token at env://T_GPU", asked=False)})
+    plan = plan_project(project.desired(), doc, cannot)
+    assert not plan.actions
+    assert [(d.address, d.message) for d in plan.drift] == \
+        [("cluster/gpu", "not checked: no token at env://T_GPU")]
+
+
 def test_a_job_gone_from_its_ray_is_drift_not_a_change(project):
     plan = plan_project(project.desired(), applied(project), live({}))
     assert not plan.actions
@@ -238,3 +247,16 @@ def test_only_the_changed_experiment_is_resubmitted_but_code_changes_count(proje
     (project.root / "experiments" / "helpers.py").write_text("SCALE = 2\n")
     plan = plan_project(project.desired(), doc, live())
     assert ("experiment/mnist", "resubmit") in [(c.address, c.action) for c in plan.actions]
+
+
+def test_hashes_do_not_depend_on_the_home_folder(project, monkeypatch, tmp_path):
+    """`~/results` is expanded when the job config is resolved; two people (or a person and a
+    CI runner) must still hash the same experiment the same."""
+    document = experiment("mnist", "../clusters/gpu.yaml")
+    document["run_config"] = {"storage_path": "~/results"}
+    project.write("experiments", "mnist", document)
+    hashes = []
+    for name in ("alice", "runner"):
+        monkeypatch.setenv("HOME", str(tmp_path / name))
+        hashes.append({d.address: d.hash for d in project.desired()})
+    assert hashes[0] == hashes[1]
