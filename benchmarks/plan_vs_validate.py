@@ -18,8 +18,8 @@ the same files, and the no-op `apply` of a project holding one live cluster.
    `orchestrate apply -y` launches it (untimed); then each round, in alternating order:
    - apply: `orchestrate apply -y` in the project (must exit 0 and say "No changes");
    - up: `orchestrate up FILE -y` of the same file, the single-file no-op.
-   Target: the apply's median <= 1.5 s (absolute). Finally the file is removed and
-   `orchestrate apply -y --allow-destructive` takes the cluster down.
+   Target: the apply's median <= 1.5 s (absolute). Finally `orchestrate down NAME -y` in the
+   project takes the cluster down (and out of the project's state).
 Prints min / median / max per side and the ratio of medians; never the best round.
 """
 from __future__ import annotations
@@ -210,11 +210,10 @@ def noop_apply(rounds: int, work: Path) -> None:
         results = alternate(rounds, {
             "apply": lambda: timed(apply, env, root, expect="No changes"),
             "up FILE": lambda: timed(up, env, root)})
-        file.unlink()
-        timed([*ORCHESTRATE, "apply", "-y", "--allow-destructive"], env, root)
+        timed([*ORCHESTRATE, "down", name, "-y"], env, root)  # the project's state follows
         launched = False
     finally:
-        if launched:  # the destructive apply did not run or failed: take it down by name
+        if launched:  # the timed part failed: take it down by name
             subprocess.run([*ORCHESTRATE, "down", name, "-y"], env=env, capture_output=True)
         if sshd is not None:
             sshd.close()
