@@ -7,6 +7,7 @@ token auth set up and no Authorization header was given (ray/dashboard/modules/d
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -15,6 +16,8 @@ from ..errors import JobError, MissingDependency
 from ..util.waiting import poll
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+NO_AGENT = "No available agent to submit job"   # Ray's 500 while its job agent starts
+AGENT_WAIT = 60.0
 T = TypeVar("T")
 
 
@@ -36,15 +39,22 @@ class JobsClient:
 
     def submit(self, *, entrypoint: str, runtime_env: dict[str, Any], submission_id: str,
                metadata: dict[str, str] | None = None) -> bool:
-        """Submit; False (and nothing started) when a job with this id already exists."""
-        try:
-            self._client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
-                                    submission_id=submission_id, metadata=metadata or {})
-        except Exception as exc:  # noqa: BLE001
-            if "already exists" in str(exc):
-                return False
-            self._call(_raise, exc)
-        return True
+        """Submit; False (and nothing started) when a job with this id already exists. A Ray
+        whose job agent has not registered yet (just started) says "No available agent to
+        submit job, please try again later": tried again for up to AGENT_WAIT seconds."""
+        deadline = time.monotonic() + AGENT_WAIT
+        while True:
+            try:
+                self._client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
+                                        submission_id=submission_id, metadata=metadata or {})
+            except Exception as exc:  # noqa: BLE001
+                if "already exists" in str(exc):
+                    return False
+                if NO_AGENT in str(exc) and time.monotonic() < deadline:
+                    time.sleep(1)
+                    continue
+                self._call(_raise, exc)
+            return True
 
     def info(self, job_id: str) -> Any:
         return self._call(self._client.get_job_info, job_id)

@@ -10,13 +10,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import boto3
 import jsonschema
 import pytest
 import yaml
+
+from orchestrator.util.waiting import until
 
 from ..moto_server import make_bucket, moto_server  # noqa: F401 - a fixture
 from .conftest import orchestrate
@@ -177,9 +178,8 @@ def test_two_runners_share_one_project(make_machine, moto_server, tmp_path, monk
 
         # SIGTERM during an apply: it stops, and leaves no lock behind.
         edit(cluster, idle_timeout_minutes=8)
-        running = a.popen("apply", "-y")
-        assert wait_until(lambda: lock_exists(s3), 60)
-        time.sleep(1)
+        running = a.popen("apply", "-y")  # holds the lock for seconds (refresh, `ray up`)
+        assert until(lambda: lock_exists(s3), timeout=60, interval=0.02)
         running.send_signal(signal.SIGTERM)
         out, err = running.communicate(timeout=120)
         seen += [out, err]
