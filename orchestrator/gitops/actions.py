@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import OrchestrateError
 from ..language.cluster import ClusterSpec
@@ -22,12 +22,12 @@ from ..state import cluster_key
 from ..state.backends import LockInfo
 from ..state.document import StateDoc, address
 from .local import checkin, checkout, ensure_token
-from .store import ProjectState, stamp
+from .store import STAMPS, ProjectState, stamp
+
+if TYPE_CHECKING:  # the types only: cluster.apply brings the launcher and the SSH client
+    from ..cluster.apply import UpOptions, UpResult
 
 Progress = Callable[[str], None]
-
-
-STAMPS = ("applied_by", "applied_from", "applied_at", "orchestrate_version")
 
 
 def _same(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
@@ -58,8 +58,8 @@ def checkout_cluster(name: str, ps: ProjectState, doc: StateDoc) -> None:
 
 
 def cluster_up(spec: ClusterSpec, file: str, ps: ProjectState, doc: StateDoc,
-               who: LockInfo | None, progress: Progress, *, options: Any = None,
-               confirm: Callable[[str], bool] = lambda _question: True) -> Any:
+               who: LockInfo | None, progress: Progress, *, options: UpOptions | None = None,
+               confirm: Callable[[str], bool] = lambda _question: True) -> UpResult:
     from ..cluster.apply import UpOptions, up
     from ..cluster.launcher import RayLauncher
 
@@ -103,12 +103,18 @@ def experiment_submit(spec: ExperimentSpec, file: str, content_hash: str, ps: Pr
         status = "SUBMITTED" if submission.created else jobs.status(submission.job_id)
     progress(f"  {'submitted' if submission.created else 'found'} job {submission.job_id} on "
              f"{jobs.endpoint.label}")
-    doc.resources[address("experiment", spec.name)] = stamp(
-        {"kind": "experiment", "name": spec.name, "file": file, "hash": content_hash,
-         "cluster": cluster, "job_id": submission.job_id, "status": status,
-         "submitted_at": time.time()}, who)
+    doc.resources[address("experiment", spec.name)] = experiment_entry(
+        spec.name, file, content_hash, cluster, submission.job_id, status, who)
     ps.write(doc)
     return submission.job_id
+
+
+def experiment_entry(name: str, file: str, content_hash: str, cluster: str | None, job_id: str,
+                     status: str, who: LockInfo | None) -> dict[str, Any]:
+    """An experiment's state entry (apply's, and `run`'s of a project's file)."""
+    return stamp({"kind": "experiment", "name": name, "file": file, "hash": content_hash,
+                  "cluster": cluster, "job_id": job_id, "status": status,
+                  "submitted_at": time.time()}, who)
 
 
 def experiment_stop(name: str, ps: ProjectState, doc: StateDoc, progress: Progress, *,

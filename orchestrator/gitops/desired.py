@@ -11,8 +11,6 @@ of a rendered cluster config and of a job's config.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +21,7 @@ from ..language import load_any
 from ..language.cluster import ClusterSpec
 from ..language.experiment import ExperimentSpec
 from ..language.project import ProjectSpec
-from ..render.cluster import RenderedCluster, render_cluster
+from ..render.cluster import RenderedCluster, config_hash, render_cluster
 from ..state.document import address
 
 PROJECT_MARK, TOKEN_MARK, HOME_MARK = "${PROJECT}", "${TOKEN}", "${HOME}"
@@ -54,10 +52,6 @@ def replace_strings(value: Any, swaps: list[tuple[str, str]]) -> Any:
     if isinstance(value, list):
         return [replace_strings(v, swaps) for v in value]
     return value
-
-
-def digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 def normalise(config: dict[str, Any], root: Path, token_file: Path | str) -> dict[str, Any]:
@@ -111,7 +105,7 @@ def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped) -
     content = {"config": config, "cluster": cluster,
                "working_dir": shipped.digest(spec, resolved["run_config"].get("storage_path"))}
     return Desired(address("experiment", spec.name), "experiment", spec.name,
-                   project.relative(spec.path), digest(content), spec, cluster=cluster)
+                   project.relative(spec.path), config_hash(content), spec, cluster=cluster)
 
 
 def read_desired(project: ProjectSpec, files: list[Path], token_path: Callable[[str], Path],
@@ -133,7 +127,7 @@ def read_desired(project: ProjectSpec, files: list[Path], token_path: Callable[[
             rendered = render_cluster(spec, token_file=str(token))
             config = normalise(rendered.config, project.root, token)
             item = Desired(address("cluster", spec.name), "cluster", spec.name,
-                           project.relative(path), digest(config), spec, config,
+                           project.relative(path), config_hash(config), spec, config,
                            rendered=rendered)
         else:
             item = _experiment(spec, project, shipped)

@@ -54,25 +54,15 @@ def ensure_token(name: str, ps: ProjectState, entry: Entry | None, local: State,
                              f"machine cannot read", hint=_token_hint(ps, ref))
         # A cluster this machine started before the project knew it keeps its token.
         mine = local.secrets.path(key)
-        token = ps.tokens.create(key, mine.read_text().strip() or None if mine.is_file()
-                                 else None)
+        running = (mine.read_text().strip() or None) if mine.is_file() else None
+        token = ps.tokens.create(key, running)
     elif known.get("fingerprint") and fingerprint(token) != known["fingerprint"]:
         raise StateError(f"the token at {ps.tokens.ref(key)} is not the one cluster {name!r} "
                          f"runs with (fingerprint {fingerprint(token)}, state has "
                          f"{known['fingerprint']})",
                          hint="put the cluster's token back at that reference, or replace the "
                               "cluster")
-    return _put_token(local, key, token)
-
-
-def _put_token(local: State, key: str, token: str) -> Path:
-    from ..state.secrets import FileSecrets
-
-    if isinstance(local.secrets, FileSecrets):
-        return local.secrets.put(key, token)
-    path = local.secrets.path(key)
-    atomic_write(path, token, mode=0o600)
-    return path
+    return local.secrets.put(key, token)
 
 
 def _token_hint(ps: ProjectState, ref: str) -> str:
@@ -113,10 +103,8 @@ def checkin(name: str, ps: ProjectState, local: State, file: str) -> Entry | Non
     token_file = local.secrets.path(key)
     token = local.secrets.read(key) if token_file.exists() else ""
     normalised = normalise(config, ps.project.root, token_file)
-    from .desired import digest
-
     return {"kind": "cluster", "name": name, "file": file, "provider": record.provider,
-            "hash": digest(normalised), "config": normalised, "record": _record_fields(record),
+            "hash": config_hash(normalised), "config": normalised, "record": _record_fields(record),
             "launcher": _launcher_files(local, name),
             "token": {"ref": ps.tokens.ref(key),
                       "fingerprint": fingerprint(token) if token else None}}

@@ -126,14 +126,14 @@ def _cluster_changes(desired: dict[str, Desired], doc: StateDoc, live: Live,
         rendered = None
         if item is not None:
             assert item.rendered is not None and item.config is not None
-            rendered = dataclasses.replace(item.rendered, config=item.config)
+            rendered = dataclasses.replace(item.rendered, config=item.config)  # normalised
         plan = plan_cluster(rendered, _recorded(name, entry) if entry else None, health,
                             asked=asked)
         action = _CLUSTER_ACTIONS[plan.action]
-        if item is not None and health is not None and action == "no-op" and \
-                health.nodes_alive < item.rendered.expected_nodes:  # type: ignore[union-attr]
-            drift.append(Drift(where, f"{health.nodes_alive} of "
-                                      f"{item.rendered.expected_nodes} nodes alive"))  # type: ignore[union-attr]
+        if rendered is not None and health is not None and action == "no-op" and \
+                health.nodes_alive < rendered.expected_nodes:
+            drift.append(Drift(where, f"{health.nodes_alive} of {rendered.expected_nodes} "
+                                      f"nodes alive"))
         destructive = action in DESTRUCTIVE
         reason = "the file is no longer in the project" if action == "delete" else plan.reason
         if destructive and seen is not None and not seen.asked:

@@ -19,6 +19,7 @@ from ..state import UP, State, home
 from ..state.document import StateDoc
 from ..state.folder import FolderStore
 from ..state.secrets import FileSecrets
+from ..util.files import private_folder
 from ..util.http import HttpError, get_json
 from .live import ClusterLive, Live
 from .local import checkout
@@ -51,9 +52,7 @@ def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State) -> Cluster
 def refresh(doc: StateDoc, ps: ProjectState) -> Live:
     # Beside this machine's own token files (0700), not in /tmp: a refresh killed half way
     # leaves the tokens it fetched no more exposed than `up` leaves its own.
-    scratch_root = home() / "scratch"
-    scratch_root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="refresh-", dir=scratch_root))
+    folder = Path(tempfile.mkdtemp(prefix="refresh-", dir=private_folder(home() / "scratch")))
     try:
         scratch = State(FolderStore(folder), FileSecrets(folder / "secrets"))
         clusters = {name: _cluster(entry, ps, scratch)
@@ -62,7 +61,8 @@ def refresh(doc: StateDoc, ps: ProjectState) -> Live:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     local_jobs = None
-    ray = embedded.current(ps.local.secrets)
+    on_local = any(not e.get("cluster") for e in doc.entries("experiment").values())
+    ray = embedded.current(ps.local.secrets) if on_local else None  # only when it matters
     if ray is not None:
         endpoint = ray.endpoint(ps.local.secrets)
         try:

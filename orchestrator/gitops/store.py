@@ -69,19 +69,14 @@ class ProjectState:
                                      "`orchestrate plan` again") from None
         self.doc = doc
 
-    def update(self, change: Callable[[StateDoc], None]) -> StateDoc:
-        """Read the latest document, change it, write it: for single-file commands that hold
-        the lock only around their own write."""
-        doc = self.read()
-        change(doc)
-        self.write(doc)
-        return doc
-
     @contextlib.contextmanager
     def lock(self, operation: str, *, timeout: float = 0,
              progress: Callable[[str], None] = lambda _: None) -> Iterator[LockInfo]:
         with locked(self.backend, operation, timeout=timeout, progress=progress) as info:
             yield info
+
+
+STAMPS = ("applied_by", "applied_from", "applied_at", "orchestrate_version")  # what stamp() adds
 
 
 def stamp(entry: Entry, who: LockInfo | None) -> Entry:

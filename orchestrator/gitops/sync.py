@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import SpecError, StateError
 from ..language.cluster import ClusterSpec
@@ -20,6 +20,9 @@ from ..state.document import address
 from . import actions
 from .desired import read_desired
 from .store import ProjectState
+
+if TYPE_CHECKING:
+    from ..cluster.apply import UpOptions, UpResult
 
 Progress = Callable[[str], None]
 LOCK_WAIT = 120.0   # `run` records its job after submitting it: worth waiting for the lock
@@ -33,8 +36,8 @@ def project_of(path: Path) -> ProjectSpec | None:
     return project if project.contains(path) else None
 
 
-def up(project: ProjectSpec, spec: ClusterSpec, local: State, options: Any,
-       progress: Progress, confirm: Callable[[str], bool]) -> Any:
+def up(project: ProjectSpec, spec: ClusterSpec, local: State, options: UpOptions,
+       progress: Progress, confirm: Callable[[str], bool]) -> UpResult:
     ps = ProjectState.open(project, local)
     with ps.lock("up", progress=progress) as who:
         doc = ps.read()
@@ -62,14 +65,11 @@ def record_run(project: ProjectSpec, path: Path, job_id: str, cluster: str | Non
         [item] = read_desired(project, [path.resolve()], lambda name: local.secrets.path(cluster_key(name)))
     except SpecError:
         return  # it was valid a moment ago; if it changed since, the next plan shows it
-    from .store import stamp
-
     try:
         with ps.lock("run", timeout=LOCK_WAIT, progress=progress) as who:
             doc = ps.read()
-            doc.resources[item.address] = stamp(
-                {"kind": "experiment", "name": item.name, "file": item.file, "hash": item.hash,
-                 "cluster": cluster, "job_id": job_id, "status": "SUBMITTED"}, who)
+            doc.resources[item.address] = actions.experiment_entry(
+                item.name, item.file, item.hash, cluster, job_id, "SUBMITTED", who)
             ps.write(doc)
     except StateError as exc:  # the job runs all the same; the next plan shows it as new
         progress(f"warning: job {job_id} is not recorded in project {project.name}'s state: "

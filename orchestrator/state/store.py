@@ -89,6 +89,9 @@ class SecretStore(Protocol):
     def ensure(self, key: str) -> Path:
         """The secret's file, made once (a new random token, 0600) and kept for its life."""
 
+    def put(self, key: str, token: str) -> Path:
+        """Keep `token` (fetched from where a project keeps it) as the secret's file (0600)."""
+
     def replace(self, key: str) -> Path:
         """A new random token in the secret's file (0600), whatever was there."""
 

@@ -20,6 +20,7 @@ import yaml
 from orchestrator.util.waiting import until
 
 from ..moto_server import make_bucket, moto_server  # noqa: F401 - a fixture
+from ..processes import stop
 from .conftest import orchestrate
 from .test_e2e import wait_until
 
@@ -45,6 +46,7 @@ class Runner:
 
     def __init__(self, name: str, home: Path, root: Path, aws: dict, seen: list[str]) -> None:
         self.name, self.home, self.root, self.seen = name, home, root, seen
+        self.started: list[subprocess.Popen] = []  # stopped by the test, whatever happens
         self.env = {**__import__("os").environ, **aws, "ORCHESTRATE_HOME": str(home),
                     "RAY_USAGE_STATS_ENABLED": "0"}
 
@@ -59,9 +61,11 @@ class Runner:
         return json.loads(self("plan", "--format", "json", *args).stdout)
 
     def popen(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "orchestrator", *args], env=self.env,
-                                cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, text=True)
+        process = subprocess.Popen([sys.executable, "-m", "orchestrator", *args], env=self.env,
+                                   cwd=self.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   stdin=subprocess.DEVNULL, text=True)
+        self.started.append(process)
+        return process
 
 
 def actions(plan: dict) -> dict[str, str]:
@@ -205,6 +209,8 @@ def test_two_runners_share_one_project(make_machine, moto_server, tmp_path, monk
         texts.append(json.dumps(state(s3)))
         assert all(token not in text for text in texts)
     finally:
+        for process in a.started + b.started:
+            stop(process)
         orchestrate(a.env, "stop", "--local-ray", timeout=120)
         for runner in (a, b):
             if (runner.home / "clusters" / name / "record.json").exists():

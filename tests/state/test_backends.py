@@ -25,6 +25,7 @@ from orchestrator.state.backends import LockInfo, locked, open_backend
 from orchestrator.util.waiting import until
 
 from ..moto_server import aws_env, client, make_bucket, moto_server  # noqa: F401 - fixtures
+from ..processes import stop
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET, PREFIX = "orc-state", "team/ml"
@@ -245,9 +246,7 @@ def test_sigterm_releases_the_lock(backend, url):
         child.send_signal(signal.SIGTERM)
         out, err = child.communicate(timeout=60)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        stop(child)
     assert child.returncode == 143, err
     assert "held" in out
     assert backend.holder() is None and raw_lock(backend) is None
@@ -263,9 +262,7 @@ def test_sigterm_while_waiting_takes_nothing(backend, url):
         child.send_signal(signal.SIGTERM)
         out, err = child.communicate(timeout=30)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+        stop(child)
     assert child.returncode == 143 and "held" not in out, err
     assert backend.holder() == mine
 
