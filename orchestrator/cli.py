@@ -34,6 +34,8 @@ COMMANDS = {
     "logs": ("orchestrator.commands.logs", "print or follow a job's logs"),
     "stop": ("orchestrator.commands.stop", "stop a running job"),
     "results": ("orchestrator.commands.results", "metrics, best checkpoint and plot of a run"),
+    "predict": ("orchestrator.commands.predict",
+                "batch prediction with a run's checkpoint over a dataset, as a Ray job"),
     "plan": ("orchestrator.commands.plan",
              "what apply would change in a project (clusters and experiments), and why"),
     "apply": ("orchestrator.commands.apply", "carry out a project's plan under its state lock"),

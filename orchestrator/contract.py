@@ -20,7 +20,14 @@ ENTRYPOINT = f"python -m {WORKLOAD_MODULE}"
 EPOCH_MARK = "ORCHESTRATE_EPOCH "
 RESULT_MARK = "ORCHESTRATE_RESULT "
 RESULTS_FOLDER = "orchestrate"
-WORKLOADS = ("train",)  # batch prediction and serving come next
+WORKLOADS = ("train", "predict")
+# What a training run leaves for prediction, in `<run folder>/RESULTS_FOLDER/`: the model card
+# (JSON: model, features, label, classes) and the fitted preprocessor (Ray's own serialization).
+MODEL_CARD = "model.json"
+PREPROCESSOR_FILE = "preprocessor.bin"
+CARD_VERSION = 1
+PREDICTIONS_FOLDER = "predictions"          # `orchestrate predict --output DIR`: DIR/predictions/
+PREDICT_SUMMARY = "predict_summary.json"    # and DIR/predict_summary.json
 
 # Search domains inside `tune.param_space`: one-key mappings, e.g. {loguniform: [1e-4, 1e-2]}.
 # The first take a list of values; the others a [low, high] pair.
@@ -84,15 +91,42 @@ class JobConfig(TypedDict):
     resume: bool
 
 
+class SourceSection(TypedDict):
+    path: str                       # a run folder or a checkpoint folder (absolute or a URI)
+    checkpoint: Literal["best", "latest"]
+
+
+class OutputSection(TypedDict):
+    path: str                       # a folder (absolute or a URI): predictions/ and the summary
+    format: Literal["parquet", "csv", "json"]
+
+
+class PredictConfig(TypedDict):
+    """`workload: predict`: batch prediction with a run's checkpoint over a dataset."""
+    version: int
+    workload: str
+    name: str
+    source: SourceSection
+    data: DatasetSection
+    output: OutputSection
+    batch_size: int
+    workers: int                    # actors in the pool, each loading the model once
+    gpus: float                     # per actor
+    keep_columns: list[str] | None  # None: every input column but images
+    evaluate: bool
+
+
 class ContractError(ValueError):
     """The configuration does not follow this contract (another orchestrate version sent it)."""
 
 
-def encode(config: JobConfig) -> str:
+def encode(config: JobConfig | PredictConfig) -> str:
     return json.dumps(config, sort_keys=True)
 
 
-def decode(text: str | None) -> JobConfig:
+def decode(text: str | None) -> dict[str, Any]:
+    """The configuration, its version and workload checked; `workload` says which TypedDict
+    (`JobConfig` for train, `PredictConfig` for predict) the rest follows."""
     if not text:
         raise ContractError(f"{CONFIG_ENV} is not set: this is the entrypoint of an orchestrate "
                             f"job, started by `orchestrate run`")
@@ -106,7 +140,7 @@ def decode(text: str | None) -> JobConfig:
     if workload not in WORKLOADS:
         raise ContractError(f"unknown workload {workload!r}; this orchestrate runs "
                             f"{', '.join(WORKLOADS)}")
-    return cast(JobConfig, data)  # version and workload checked above; the fields are render's
+    return cast(dict[str, Any], data)  # version and workload checked above; the fields are render's
 
 
 def epoch_line(row: dict[str, Any]) -> str:

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             status = jobs.follow(job_id, experiment.epoch_printer(options.quiet, info))
         except KeyboardInterrupt:
-            info(experiment.leave_running(submission, state))
+            info(experiment.leave_running(job_id, submission.cluster, state))
             return 130
         summary = experiment.results(jobs, submission, status, started, state, info)
     show(summary, args.format)

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import contract, embedded
+from ..contract import JobConfig
 from ..errors import JobError, Problem, SpecError
 from ..language.experiment import ExperimentSpec
 from ..render.experiment import JobPlan, render_job, ship
-from ..state import State
+from ..state import ClusterRecord, State
 from ..util import workdir
 from ..util.text import size_text
 from ..util.uris import is_uri
@@ -47,7 +48,7 @@ class RunOptions:
 class Submission:
     job_id: str
     created: bool                 # False: the same job existed already; nothing was started
-    plan: JobPlan
+    plan: JobPlan[JobConfig]
     cluster: str | None           # the cluster's name; None: the embedded local Ray
 
 
@@ -55,19 +56,30 @@ class Submission:
 def target(spec: ExperimentSpec, state: State, *, keep: bool,
            progress: Progress) -> Iterator[tuple[JobsClient, str | None]]:
     """Jobs on the experiment's cluster, or on the embedded local Ray (kept up if `keep`)."""
+    record = None
     if spec.cluster is not None:
         record = recorded_cluster(state, name=spec.cluster.name, file=spec.cluster.path)
+    num_workers = int((spec.document.get("scaling_config") or {}).get("num_workers", 1))
+    with open_target(record, state, keep=keep, progress=progress,
+                     num_cpus=None if num_workers < 3 else num_workers + 2) as found:
+        yield found
+
+
+@contextlib.contextmanager
+def open_target(record: ClusterRecord | None, state: State, *, keep: bool, progress: Progress,
+                num_cpus: int | None = None) -> Iterator[tuple[JobsClient, str | None]]:
+    """Jobs on `record`'s cluster, or on the embedded local Ray (started with `num_cpus` if it
+    is not up; kept up after if `keep`)."""
+    if record is not None:
         with jobs_on(record, state) as jobs:
             yield jobs, record.name
         return
-    num_workers = int((spec.document.get("scaling_config") or {}).get("num_workers", 1))
-    num_cpus = None if num_workers < 3 else num_workers + 2
     with embedded.session(state.secrets, num_cpus=num_cpus, keep=keep) as (ray, started):
         progress(f"{'started' if started else 'using'} a local Ray ({ray.address})")
         yield JobsClient(ray.endpoint(state.secrets)), None
 
 
-def prepare(spec: ExperimentSpec, options: RunOptions, progress: Progress) -> JobPlan:
+def prepare(spec: ExperimentSpec, options: RunOptions, progress: Progress) -> JobPlan[JobConfig]:
     """The job to submit, rendered before any Ray is started; says how much of the working_dir
     it ships, warns when that is more than code usually is, refuses what Ray would refuse."""
     shipped = ship(spec)
@@ -89,7 +101,7 @@ def prepare(spec: ExperimentSpec, options: RunOptions, progress: Progress) -> Jo
     return render_job(spec, shipped, resume=options.resume)
 
 
-def submit(plan: JobPlan, spec: ExperimentSpec, jobs: JobsClient, state: State,
+def submit(plan: JobPlan[JobConfig], spec: ExperimentSpec, jobs: JobsClient, state: State,
            cluster: str | None, options: RunOptions) -> Submission:
     job_id = plan.submission_id + (f"-{int(time.time() * 1000):x}" if options.force else "")
     created = jobs.submit(entrypoint=plan.entrypoint, runtime_env=plan.runtime_env,
@@ -116,19 +128,26 @@ def epoch_printer(quiet: bool, progress: Progress) -> Callable[[str], None]:
 def results(jobs: JobsClient, submission: Submission, status: str, started: float,
             state: State, progress: Progress) -> dict[str, Any]:
     """The finished job's summary, recorded for `orchestrate results`; JobError if it failed."""
-    log = jobs.logs(submission.job_id)
-    summary = contract.parse_result(log) or {}
-    if status != "SUCCEEDED" or summary.get("status") != "SUCCEEDED":
-        progress("\n".join(["", "last lines of the job's log:"] + log.rstrip().splitlines()[-TAIL:]))
-        reason = summary.get("error") or f"the job ended {status}"
-        raise JobError(f"job {submission.job_id} failed: {reason}",
-                       hint=f"the whole log: orchestrate logs {submission.job_id}"
-                       if submission.cluster else None)
+    summary = outcome(jobs, submission.job_id, status, submission.cluster, progress)
     summary["wall_time_s"] = round(time.monotonic() - started, 1)
     run_name = submission.plan.config["run_config"].get("name")
     for key in {summary.get("name"), run_name}:  # the run, and the latest of its name
         if key:
             state.store.record_run(key, summary, submission.job_id)
+    return summary
+
+
+def outcome(jobs: JobsClient, job_id: str, status: str, cluster: str | None,
+            progress: Progress) -> dict[str, Any]:
+    """A finished job's summary (its result line); JobError, with the log's last lines shown,
+    when it failed."""
+    log = jobs.logs(job_id)
+    summary = contract.parse_result(log) or {}
+    if status != "SUCCEEDED" or summary.get("status") != "SUCCEEDED":
+        progress("\n".join(["", "last lines of the job's log:"] + log.rstrip().splitlines()[-TAIL:]))
+        reason = summary.get("error") or f"the job ended {status}"
+        raise JobError(f"job {job_id} failed: {reason}",
+                       hint=f"the whole log: orchestrate logs {job_id}" if cluster else None)
     return summary
 
 
@@ -151,13 +170,12 @@ def find_results(key: str, state: State) -> dict[str, Any]:
     return summary
 
 
-def leave_running(submission: Submission, state: State) -> str:
+def leave_running(job_id: str, cluster: str | None, state: State) -> str:
     """After Ctrl-C while following: keep the local Ray up for the job; say how to reach it."""
-    if submission.cluster is None:
+    if cluster is None:
         embedded.keep_running(state.secrets)
-    job_id = submission.job_id
     return (f"\nstopped following; job {job_id} keeps running.\n"
             f"  follow it: orchestrate logs --follow {job_id}\n"
             f"  stop it:   orchestrate stop {job_id}"
-            + ("" if submission.cluster else "\n  then stop the local Ray: orchestrate stop "
+            + ("" if cluster else "\n  then stop the local Ray: orchestrate stop "
                "--local-ray"))

@@ -11,20 +11,23 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .. import contract
-from ..contract import DatasetSection, JobConfig, RunSection, ScalingSection, TuneSection
+from ..contract import DatasetSection, JobConfig, PredictConfig, RunSection, ScalingSection, TuneSection
 from ..language.experiment import ExperimentSpec
 from ..util.uris import is_uri
 from ..util.workdir import WorkingDir, excludes_for, scan
 
+Config = TypeVar("Config", JobConfig, PredictConfig)
+
 
 @dataclass(frozen=True)
-class JobPlan:
+class JobPlan(Generic[Config]):
+    """A job to submit: training (`JobPlan[JobConfig]`) or prediction (`render.predict`)."""
     entrypoint: str
     runtime_env: dict[str, Any]
-    config: JobConfig
+    config: Config
     submission_id: str
 
     def as_dict(self) -> dict[str, Any]:
@@ -36,7 +39,7 @@ def package_dir() -> str:
     return str(Path(__file__).resolve().parent.parent)
 
 
-def _dataset_path(path: str, base: Path, working_dir: Path) -> str:
+def dataset_path(path: str, base: Path, working_dir: Path) -> str:
     """A path the job can open: a URI as is; a local path inside working_dir relative to it
     (the job's cwd on every node), any other local path absolute."""
     if is_uri(path):
@@ -95,15 +98,15 @@ def resolve_config(spec: ExperimentSpec) -> JobConfig:
 
 
 def _dataset(d: dict[str, Any], base: Path, working_dir: Path) -> DatasetSection:
-    section: DatasetSection = {"format": d.get("format") or _guess_format(d["path"]),
-                               "path": _dataset_path(d["path"], base, working_dir),
+    section: DatasetSection = {"format": d.get("format") or guess_format(d["path"]),
+                               "path": dataset_path(d["path"], base, working_dir),
                                "cache": d.get("cache", "auto")}
     if d.get("read_options"):
         section["read_options"] = d["read_options"]
     return section
 
 
-def _guess_format(path: str) -> str:
+def guess_format(path: str) -> str:
     suffix = Path(path.rstrip("/")).suffix.lower().lstrip(".")
     return {"csv": "csv", "json": "json", "jsonl": "json", "npy": "numpy"}.get(suffix, "parquet")
 
@@ -113,18 +116,25 @@ def submission_id(config: JobConfig, working_dir_digest: str) -> str:
     return f"orchestrate-{config['name']}-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
 
 
-def render_job(spec: ExperimentSpec, shipped: WorkingDir, *, resume: bool = False) -> JobPlan:
+def render_job(spec: ExperimentSpec, shipped: WorkingDir, *,
+               resume: bool = False) -> JobPlan[JobConfig]:
     """`shipped`: what `ship(spec)` found in the working_dir; its digest is part of the id."""
     config = resolve_config(spec)
     config["resume"] = resume
-    runtime_env = {
-        "working_dir": str(spec.working_dir),
-        "excludes": list(shipped.excludes),
-        "py_modules": [package_dir()],
-        "env_vars": {contract.CONFIG_ENV: contract.encode(config), "RAY_USAGE_STATS_ENABLED": "0"},
-    }
-    return JobPlan(entrypoint=contract.ENTRYPOINT, runtime_env=runtime_env, config=config,
-                   submission_id=submission_id(config, shipped.digest()))
+    return JobPlan(entrypoint=contract.ENTRYPOINT,
+                   runtime_env=runtime_env(contract.encode(config), spec.working_dir, shipped),
+                   config=config, submission_id=submission_id(config, shipped.digest()))
+
+
+def runtime_env(encoded: str, working_dir: Path | None, shipped: WorkingDir | None) -> dict[str, Any]:
+    """The job's runtime_env: orchestrate's package, the configuration, and the working_dir with
+    the excludes `shipped` was scanned with (none: the job ships no working_dir)."""
+    env: dict[str, Any] = {}
+    if working_dir is not None and shipped is not None:
+        env.update(working_dir=str(working_dir), excludes=list(shipped.excludes))
+    env.update(py_modules=[package_dir()],
+               env_vars={contract.CONFIG_ENV: encoded, "RAY_USAGE_STATS_ENABLED": "0"})
+    return env
 
 
 def ship(spec: ExperimentSpec) -> WorkingDir:

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, cast
 
 from .. import contract
 
@@ -26,12 +26,16 @@ def main() -> int:
     return 0
 
 
-def run(config: contract.JobConfig) -> dict[str, Any]:
+def run(config: dict[str, Any]) -> dict[str, Any]:
     """The configuration's workload (`contract.WORKLOADS`; decode has refused any other)."""
     if config["workload"] == "train":
         from .train import train
 
-        return train(config)
+        return train(cast(contract.JobConfig, config))
+    if config["workload"] == "predict":
+        from .predict import predict
+
+        return predict(cast(contract.PredictConfig, config))
     raise contract.ContractError(f"no workload {config['workload']!r} in this orchestrate")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..contract import DatasetSection, JobConfig
@@ -96,13 +97,25 @@ def normalize_images(batch: dict[str, Any]) -> dict[str, Any]:
     return batch
 
 
-def ray_datasets(config: JobConfig, image: bool) -> tuple[dict[str, Any], int | None]:
-    """Read, fit preprocessors on train, transform every split, cache what fits (see `cache`).
-    Returns (datasets, input_dim)."""
+@dataclass(frozen=True)
+class Prepared:
+    """The splits ready for the trainer, and what prediction needs to prepare data the same way
+    (the model card: `workload.card`)."""
+    datasets: dict[str, Any]
+    preprocessor: Any              # fitted on train, or None
+    columns: list[str]             # the train split's columns as read
+    features: list[str]            # what the model takes, after the preprocessor, in order
+    input_dim: int | None          # the feature count a built-in tabular model was built for
+
+
+def ray_datasets(config: JobConfig, image: bool) -> Prepared:
+    """Read, fit preprocessors on train, transform every split, cache what fits (see `cache`)."""
     datasets = {name: read(spec) for name, spec in config["datasets"].items()}
+    columns = list(datasets["train"].schema().names)
     preprocessor = fit_preprocessor(config, datasets["train"])
     if preprocessor is not None:
         datasets = {k: preprocessor.transform(v) for k, v in datasets.items()}
+    features = [IMAGE] if image else feature_columns(config, datasets["train"].schema().names)
     input_dim = None
     if image:
         datasets = {k: v.map_batches(normalize_images, batch_format="numpy")
@@ -111,12 +124,11 @@ def ray_datasets(config: JobConfig, image: bool) -> tuple[dict[str, Any], int | 
         import numpy as np
         from ray.data.preprocessors import Concatenator
 
-        columns = feature_columns(config, datasets["train"].schema().names)
-        concat = Concatenator(columns=columns, output_column_name=FEATURES,
+        concat = Concatenator(columns=features, output_column_name=FEATURES,
                               dtype=np.float32)  # type: ignore[arg-type]  # as in Ray's own docs
         datasets = {k: concat.transform(v) for k, v in datasets.items()}
-        input_dim = len(columns)
-    return cache(config, datasets, image), input_dim
+        input_dim = len(features)
+    return Prepared(cache(config, datasets, image), preprocessor, columns, features, input_dim)
 
 
 # `cache: auto` estimates a split's size in memory from its files: Ray's own default guess for
@@ -196,6 +208,14 @@ def object_store_bytes() -> float:
     return float(ray.cluster_resources().get("object_store_memory", 0))  # type: ignore[no-untyped-call]
 
 
+def image_array(column: Any) -> Any:
+    """A pandas column (or numpy array) of HxWxC images as one NxHxWxC array."""
+    import numpy as np
+
+    values = column.to_numpy() if hasattr(column, "to_numpy") else column
+    return np.stack([np.asarray(x) for x in values]) if values.dtype == object else values
+
+
 def load_tensors(config: Mapping[str, Any], split: str, preprocessor: Any,
                  image: bool) -> tuple[Any, Any]:
     """One split as (features, labels) tensors, for a torch DataLoader (variant A). `config` needs
@@ -213,9 +233,7 @@ def load_tensors(config: Mapping[str, Any], split: str, preprocessor: Any,
     label = config.get("label_column") or "label"
     labels = torch.as_tensor(frame[label].to_numpy(), dtype=torch.long)
     if image:
-        column = frame[IMAGE].to_numpy()
-        images = np.stack([np.asarray(x) for x in column]) if column.dtype == object else column
-        features = normalize_images({IMAGE: images})[IMAGE]
+        features = normalize_images({IMAGE: image_array(frame[IMAGE])})[IMAGE]
     else:
         columns = feature_columns(config, list(frame.columns))
         features = frame[columns].to_numpy(dtype=np.float32)

@@ -10,6 +10,8 @@ from typing import Any, cast
 
 from ..contract import ModelSection
 
+DEFAULT_CLASSES = {"vit": 1000, "mlp": 2, "cnn": 10}  # each model's num_classes default, below
+
 
 def build_model(model: ModelSection, input_dim: int | None = None) -> Any:
     """`model` is the config's `{name, args}`; `input_dim` is the feature count for tabular data."""

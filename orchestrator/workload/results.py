@@ -76,6 +76,9 @@ def make_history_callback(run_uri: str) -> Any:
                 self.history = read_history(run_uri)
             row = {k: v for k, v in (metrics[0] if metrics else {}).items() if _scalar(v)}
             if checkpoint is not None:
+                from .card import mark_checkpoint
+
+                mark_checkpoint(checkpoint, run_uri)
                 row["checkpoint"] = checkpoint.path
             self.history.append(row)
             print(epoch_line(row), flush=True)

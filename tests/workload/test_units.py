@@ -62,8 +62,7 @@ def test_best_checkpoint_follows_the_score_and_ray_tie_rule(tmp_path):
     for epoch, accuracy in enumerate([0.5, 0.9, 0.9, 0.7]):
         (tmp_path / f"c{epoch}").mkdir()
         rows.append({"epoch": epoch, "accuracy": accuracy, "checkpoint": str(tmp_path / f"c{epoch}")})
-    by_accuracy = {"run_config": {"checkpoint_config": {"checkpoint_score_attribute": "accuracy",
-                                                        "checkpoint_score_order": "max"}}}
+    by_accuracy = {"checkpoint_score_attribute": "accuracy", "checkpoint_score_order": "max"}
     assert configs.best_from_history(rows, by_accuracy).endswith("c2")
     assert configs.best_from_history(rows, {}).endswith("c3")  # no score: the latest
     (tmp_path / "c2").rmdir()  # deleted by num_to_keep: not reported

@@ -23,18 +23,19 @@ def train(config: JobConfig) -> dict[str, Any]:
     return run_trainer(config, make_trainer)
 
 
-def run_trainer(config: JobConfig, make_trainer: Callable[[JobConfig, Any], Any]) -> dict[str, Any]:
-    from .configs import best_from_history, run_config, run_name
+def run_trainer(config: JobConfig,
+                make_trainer: Callable[[JobConfig, Any, str], Any]) -> dict[str, Any]:
+    from .configs import best_from_history, checkpoint_section, run_config, run_name
 
     name = run_name(config)
     run_uri = results.join(results.storage_root(config), name)
     print(f"orchestrate: run {name!r}, storage {run_uri}", flush=True)
     callback = results.make_history_callback(run_uri)
-    result = make_trainer(config, run_config(config, name, [callback])).fit()
+    result = make_trainer(config, run_config(config, name, [callback]), run_uri).fit()
     history = results.read_history(run_uri)
     last = {k: v for k, v in history[-1].items() if k != "checkpoint"} if history else {}
     summary = {"name": name, "status": "SUCCEEDED", "metrics": last or _plain(result.metrics),
-               "best_checkpoint": best_from_history(history, config)}
+               "best_checkpoint": best_from_history(history, checkpoint_section(config))}
     return results.finish(run_uri, summary, history)
 
 

@@ -47,11 +47,14 @@ def run_config(config: JobConfig, name: str, callbacks: list[Any]) -> Any:
     )
 
 
-def best_from_history(history: list[dict[str, Any]], config: JobConfig) -> str | None:
-    """The best kept checkpoint by the configured score (ties: the later one, as Ray keeps it),
-    else the latest."""
+def checkpoint_section(config: JobConfig) -> dict[str, Any]:
+    return (config.get("run_config") or {}).get("checkpoint_config") or {}
+
+
+def best_from_history(history: list[dict[str, Any]], section: dict[str, Any]) -> str | None:
+    """The best kept checkpoint by the score of `section` (the run's checkpoint_config; ties:
+    the later one, as Ray keeps it), else the latest."""
     rows = [r for r in history if r.get("checkpoint") and results.exists(r["checkpoint"])]
-    section = (config.get("run_config") or {}).get("checkpoint_config") or {}
     metric = section.get("checkpoint_score_attribute")
     scored = [(r[metric], i, r) for i, r in enumerate(rows)
               if metric and isinstance(r.get(metric), (int, float))]

@@ -24,10 +24,12 @@ def import_train_loop(reference: str) -> Callable[..., None]:
     return cast(Callable[..., None], getattr(importlib.import_module(module_name), function))
 
 
-def make_trainer(config: JobConfig, run_config: Any) -> Any:
-    """A TorchTrainer for the resolved config (Tune calls this once per trial)."""
+def make_trainer(config: JobConfig, run_config: Any, run_uri: str) -> Any:
+    """A TorchTrainer for the resolved config (Tune calls this once per trial). A built-in
+    model's run gets its model card (`workload.card`) in `run_uri`."""
     from ray.train.torch import TorchTrainer
 
+    from .. import card
     from .configs import scaling_config
 
     loop_config = dict(config.get("train_loop_config") or {})
@@ -35,16 +37,27 @@ def make_trainer(config: JobConfig, run_config: Any) -> Any:
     datasets: dict[str, Any] | None = None
     input_dim: int | None = None
     preprocessor: Any = None  # a fitted Ray Data preprocessor
+    prepared: data.Prepared | None = None
     if config.get("data_loader") == "torch" and config.get("datasets"):
         data.check_paths(config)
         train = data.read(config["datasets"]["train"])
         preprocessor = data.fit_preprocessor(config, train)
+        after = preprocessor.transform(train) if preprocessor is not None else train
+        features = [data.IMAGE] if image else data.feature_columns(config, after.schema().names)
+        prepared = data.Prepared({}, preprocessor, list(train.schema().names), features,
+                                 None if image else len(features))
     elif config.get("datasets"):
         data.check_paths(config)
-        datasets, input_dim = data.ray_datasets(config, image)
+        prepared = data.ray_datasets(config, image)
+        datasets, input_dim = prepared.datasets, prepared.input_dim
     if reference := config.get("train_loop"):
         loop = import_train_loop(reference)
     else:
+        if prepared is not None:
+            card.save(run_uri, card.make_card(
+                config, columns=prepared.columns, features=prepared.features,
+                input_dim=prepared.input_dim, image=image, preprocessor=prepared.preprocessor),
+                prepared.preprocessor)
         job = {"model": config.get("model"), "image": image, "input_dim": input_dim,
                "label": config.get("label_column") or "label", "preprocessor": preprocessor,
                "config": {k: config.get(k) for k in ("datasets", "label_column",

@@ -56,7 +56,7 @@ def run_tune(config: JobConfig) -> dict[str, Any]:
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from .configs import best_from_history, run_config, run_name
+    from .configs import best_from_history, checkpoint_section, run_config, run_name
 
     name, storage = run_name(config), results.storage_root(config)
     experiment_uri = results.join(storage, name)
@@ -71,7 +71,7 @@ def run_tune(config: JobConfig) -> dict[str, Any]:
         rc = run_config({**merged, "run_config": {**(merged.get("run_config") or {}),
                                                   "storage_path": experiment_uri}},
                         trial_name, callbacks)
-        make_trainer(merged, rc).fit()
+        make_trainer(merged, rc, trial_uri).fit()
 
     ray.init(ignore_reinit_error=True)
     section = cast(TuneSection, config["tune"])  # train() runs a sweep only when there is one
@@ -96,11 +96,11 @@ def run_tune(config: JobConfig) -> dict[str, Any]:
     summary = {"name": name, "status": "SUCCEEDED", "metric": tune_config["metric"],
                "metrics": {k: v for k, v in best_metrics.items() if k in (history[-1] if history else {})},
                "best_config": best.config, "trials": trials,
-               "best_checkpoint": best_from_history(history, config)}
+               "best_checkpoint": best_from_history(history, checkpoint_section(config))}
     return results.finish(experiment_uri, summary, history)
 
 
-def _trainer_factory(config: JobConfig) -> Callable[[JobConfig, Any], Any]:
+def _trainer_factory(config: JobConfig) -> Callable[[JobConfig, Any, str], Any]:
     if config.get("trainer") == "xgboost":
         from .xgboost_job import make_trainer
     else:

@@ -15,15 +15,21 @@ from ...contract import JobConfig
 from .. import data
 
 
-def make_trainer(config: JobConfig, run_config: Any) -> Any:
+def make_trainer(config: JobConfig, run_config: Any, run_uri: str) -> Any:
+    """The trainer; the run's model card (`workload.card`) goes to `run_uri`."""
     from ray.train.xgboost import XGBoostTrainer
 
+    from .. import card
     from .configs import scaling_config
 
     data.check_paths(config)
-    datasets, _ = data.ray_datasets(config, image=False)
+    prepared = data.ray_datasets(config, image=False)
+    datasets = prepared.datasets
+    card.save(run_uri, card.make_card(config, columns=prepared.columns, features=prepared.features,
+                                      input_dim=None, image=False,
+                                      preprocessor=prepared.preprocessor), prepared.preprocessor)
     job = {"label": config.get("label_column") or "label",
-           "features": config.get("feature_columns"),
+           "features": prepared.features,
            "params": dict(config.get("params") or {}),
            "num_boost_round": int(config.get("num_boost_round") or 10),
            "splits": list(datasets)}
@@ -39,8 +45,7 @@ def train_loop(job: Mapping[str, Any]) -> None:
     matrices: list[tuple[Any, str]] = []  # (xgboost.DMatrix, split)
     for split in job["splits"]:
         frame = ray.train.get_dataset_shard(split).materialize().to_pandas()
-        features = frame[job["features"]] if job["features"] else frame.drop(columns=[job["label"]])
-        matrices.append((xgboost.DMatrix(features, label=frame[job["label"]]), split))
+        matrices.append((xgboost.DMatrix(frame[job["features"]], label=frame[job["label"]]), split))
     checkpoint = ray.train.get_checkpoint()
     booster = RayTrainReportCallback.get_model(checkpoint) if checkpoint else None
     done = booster.num_boosted_rounds() if booster else 0

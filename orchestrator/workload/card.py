@@ -1,0 +1,164 @@
+"""The model card: what a training run leaves beside its checkpoints so that a checkpoint alone is
+enough to predict with (`orchestrate predict`, `orchestrate serve`).
+
+`<run>/orchestrate/model.json` holds the trainer, the built-in model and its arguments, the
+columns the data must have, the features in the order the model takes them, the label column
+and the class names; `<run>/orchestrate/preprocessor.bin` the preprocessor as fitted on the
+train split, in Ray Data's own serialization (`Preprocessor.serialize`). Each checkpoint's
+metadata (`Checkpoint.update_metadata`) names its run, so a checkpoint that moved keeps its way
+back; a checkpoint still in its run's folder also finds the card there.
+
+Loading the preprocessor is unpickling: load only runs you (or your pipeline) wrote.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, cast
+
+from ..contract import CARD_VERSION, MODEL_CARD, PREPROCESSOR_FILE, RESULTS_FOLDER, JobConfig
+from . import results
+from .models import DEFAULT_CLASSES
+
+METADATA_KEY = "orchestrate_run"  # in each checkpoint's metadata: the run folder it belongs to
+MODEL_FILES = ("model.pt", "model.ubj")  # the torch loop's and Ray's XGBoost callback's
+
+
+class CardError(ValueError):
+    """No usable model card, checkpoint or run where the user pointed."""
+
+
+def class_names(config: JobConfig) -> list[Any] | None:
+    """The classes the model can answer (indices, as it was trained on), None for regression."""
+    if config.get("trainer") == "xgboost":
+        params = config.get("params") or {}
+        objective = str(params.get("objective", "reg:squarederror"))
+        if objective.startswith("binary:"):
+            return [0, 1]
+        if objective.startswith("multi:"):
+            return list(range(int(params.get("num_class", 2))))
+        return None
+    model = config.get("model") or {"name": "", "args": {}}
+    count = (model.get("args") or {}).get("num_classes", DEFAULT_CLASSES.get(model["name"], 2))
+    return list(range(int(count)))
+
+
+def make_card(config: JobConfig, *, columns: list[str], features: list[str],
+              input_dim: int | None, image: bool, preprocessor: Any) -> dict[str, Any]:
+    """`columns`: the train split as read; `features`: after the preprocessor, in model order."""
+    label = config.get("label_column") or "label"
+    steps = config.get("preprocessors") or []
+    used = {c for step in steps for c in (step.get("columns") or [])}
+    required = [c for c in columns if c != label and (c in features or c in used)]
+    names = class_names(config)
+    return {
+        "format_version": CARD_VERSION,
+        "experiment": config["name"],
+        "trainer": config.get("trainer", "torch"),
+        "model": config.get("model"),
+        "input_dim": input_dim,
+        "image": image,
+        "label_column": label,
+        "required_columns": required,
+        "features": features,
+        "task": "classification" if names is not None else "regression",
+        "class_names": names,
+        "objective": (config.get("params") or {}).get("objective"),
+        "preprocessor": _preprocessor_encoding(preprocessor),
+        "checkpoint_config": (config.get("run_config") or {}).get("checkpoint_config") or {},
+    }
+
+
+def _preprocessor_encoding(preprocessor: Any) -> str | None:
+    if preprocessor is None:
+        return None
+    return "text" if isinstance(preprocessor.serialize(), str) else "bytes"
+
+
+def save(run_uri: str, card: dict[str, Any], preprocessor: Any) -> None:
+    """Write the card (and the fitted preprocessor) into the run's results folder."""
+    folder = results.join(run_uri, RESULTS_FOLDER)
+    if preprocessor is not None:
+        data = preprocessor.serialize()
+        results.write_bytes(results.join(folder, PREPROCESSOR_FILE),
+                            data.encode() if isinstance(data, str) else data)
+    results.write_bytes(results.join(folder, MODEL_CARD), json.dumps(card, indent=2).encode())
+
+
+def mark_checkpoint(checkpoint: Any, run_uri: str) -> None:
+    """Name the run in a reported checkpoint's metadata (a Ray Train `Checkpoint`)."""
+    checkpoint.update_metadata({METADATA_KEY: run_uri})
+
+
+@dataclass(frozen=True)
+class Loaded:
+    card: dict[str, Any]
+    preprocessor: Any              # fitted, or None
+    checkpoint: str                # the checkpoint folder (path or URI)
+    run: str                       # the run folder the card came from
+
+
+def locate(path: str, which: str) -> str:
+    """The checkpoint to predict with: `path` itself when it is a checkpoint, else the `best`
+    (by the run's checkpoint score; the run's summary says which for a Tune sweep) or `latest`
+    checkpoint of the run folder `path`."""
+    own = results.join(path, RESULTS_FOLDER)
+    if any(results.exists(results.join(path, name)) for name in (*MODEL_FILES, ".metadata.json")):
+        return path
+    if not results.exists(own):
+        raise CardError(f"{path} is neither a run folder (with {RESULTS_FOLDER}/ inside) nor a "
+                        f"checkpoint (with {' or '.join(MODEL_FILES)})")
+    history = results.read_history(path)
+    summary = _json(results.join(own, "summary.json")) or {}
+    if which == "best" and summary.get("best_checkpoint") and \
+            results.exists(str(summary["best_checkpoint"])):
+        return str(summary["best_checkpoint"])
+    kept = [r["checkpoint"] for r in history if r.get("checkpoint") and results.exists(r["checkpoint"])]
+    if not kept:
+        raise CardError(f"the run {path} has no checkpoint to predict with")
+    if which == "latest":
+        return cast(str, kept[-1])
+    card = _json(results.join(own, MODEL_CARD)) or {}
+    from .train.configs import best_from_history
+
+    return best_from_history(history, card.get("checkpoint_config") or {}) or cast(str, kept[-1])
+
+
+def load(checkpoint_uri: str) -> Loaded:
+    """The card and fitted preprocessor of a checkpoint's run."""
+    from ray.train import Checkpoint
+
+    run = Checkpoint(checkpoint_uri).get_metadata().get(METADATA_KEY)
+    candidates = [run] if run else []
+    candidates.append(checkpoint_uri.rstrip("/").rsplit("/", 1)[0])
+    for run_uri in candidates:
+        card = _json(results.join(run_uri, RESULTS_FOLDER, MODEL_CARD))
+        if card is not None:
+            return Loaded(card, _preprocessor(run_uri, card), checkpoint_uri, run_uri)
+    raise CardError(f"the checkpoint {checkpoint_uri} has no model card ({MODEL_CARD}) in its "
+                    f"run's {RESULTS_FOLDER}/ folder: it was written by an older orchestrate, by "
+                    f"a run with its own train_loop, or moved away from its run")
+
+
+def _preprocessor(run_uri: str, card: dict[str, Any]) -> Any:
+    encoding = card.get("preprocessor")
+    if not encoding:
+        return None
+    data = results.read_bytes(results.join(run_uri, RESULTS_FOLDER, PREPROCESSOR_FILE))
+    if data is None:
+        raise CardError(f"the run {run_uri} has a model card but lost its fitted preprocessor "
+                        f"({PREPROCESSOR_FILE})")
+    from ray.data.preprocessor import SerializablePreprocessorBase
+
+    return SerializablePreprocessorBase.deserialize(data.decode() if encoding == "text" else data)
+
+
+def _json(uri: str) -> dict[str, Any] | None:
+    data = results.read_bytes(uri)
+    if data is None:
+        return None
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

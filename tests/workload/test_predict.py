@@ -1,0 +1,220 @@
+"""`orchestrate predict` end to end on the embedded local Ray: train a run with `orchestrate run`,
+predict with its checkpoint, and check the predictions against the same checkpoint and fitted
+preprocessor applied here, in this process, without orchestrate's inference code."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from orchestrator.cli import main
+
+from .conftest import TINY_VIT
+from .test_end_to_end import IMAGES, TABLE, TWO_WORKERS, run_json
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+BY_ACCURACY = {"checkpoint_config": {"checkpoint_score_attribute": "accuracy",
+                                     "checkpoint_score_order": "max"}}
+
+
+def predict_json(capsys, *args: str) -> tuple[int, dict, str]:
+    code = main(["predict", *args, "--format", "json"])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 and out.strip() else {}), err
+
+
+def read_predictions(folder: Path) -> pd.DataFrame:
+    return pq.read_table(folder).to_pandas()
+
+
+def card_of(run: Path) -> tuple[dict, object]:
+    """The model card and the fitted preprocessor, read the way a user would (Ray's own API)."""
+    from ray.data.preprocessor import SerializablePreprocessorBase
+
+    card = json.loads((run / "orchestrate" / "model.json").read_text())
+    preprocessor = None
+    if card["preprocessor"]:
+        data = (run / "orchestrate" / "preprocessor.bin").read_bytes()
+        preprocessor = SerializablePreprocessorBase.deserialize(
+            data.decode() if card["preprocessor"] == "text" else data)
+    return card, preprocessor
+
+
+def torch_probabilities(checkpoint: Path, card: dict, x: np.ndarray) -> np.ndarray:
+    import torch
+
+    from orchestrator.workload.models import build_model
+
+    model = build_model(card["model"], card["input_dim"])
+    model.load_state_dict(torch.load(checkpoint / "model.pt"))
+    model.eval()
+    with torch.no_grad():
+        return torch.softmax(model(torch.as_tensor(x)), dim=1).numpy()
+
+
+def test_mlp_on_csv(local_ray, experiment, tmp_path, capsys):
+    """Predictions equal the in-process ones; --evaluate equals the run's own validation."""
+    path = experiment("mlp-table", trainer="torch", datasets=TABLE, label_column="target",
+                      model={"name": "mlp", "hidden_dims": [16], "num_classes": 2},
+                      preprocessors=[{"type": "StandardScaler"}],
+                      train_loop_config={"epochs": 2, "batch_size_per_worker": 64, "lr": 0.01},
+                      scaling_config=TWO_WORKERS, run_config=BY_ACCURACY)
+    code, trained, err = run_json(capsys, path)
+    assert code == 0, err
+    run = Path(trained["run_path"])
+    card, preprocessor = card_of(run)
+    assert card["trainer"] == "torch" and card["class_names"] == [0, 1]
+    assert card["label_column"] == "target" and "target" not in card["features"]
+    assert card["input_dim"] == len(card["features"]) == 30
+    checkpoint = Path(trained["best_checkpoint"])
+    metadata = json.loads((checkpoint / ".metadata.json").read_text())
+    assert metadata["orchestrate_run"] == str(run)  # the checkpoint names its run
+
+    data = tmp_path / "data" / "breast_cancer.csv"
+    code, summary, err = predict_json(capsys, str(path), "--data", str(data),
+                                      "--output", str(tmp_path / "out"), "--evaluate")
+    assert code == 0, err
+    assert summary["checkpoint"] == str(checkpoint)
+    frame = pd.read_csv(data)
+    predicted = read_predictions(Path(summary["output"]))
+    assert summary["rows"] == len(predicted) == len(frame)
+    assert {"prediction", "probability_0", "probability_1", "target"} <= set(predicted.columns)
+
+    # the same rows through the same checkpoint and preprocessor, here
+    features = preprocessor.transform_batch(frame.copy())[card["features"]].to_numpy(np.float32)
+    expected = torch_probabilities(checkpoint, card, features)
+    joined = predicted.merge(frame.assign(expected_1=expected[:, 1]), on=list(frame.columns))
+    assert len(joined) == len(frame)
+    np.testing.assert_allclose(joined["probability_1"], joined["expected_1"], rtol=1e-5, atol=1e-6)
+    assert (joined["prediction"] == (joined["expected_1"] > 0.5).astype(int)).all()
+
+    # --evaluate on the validation split is the run's own validation of that checkpoint
+    history = json.loads((run / "orchestrate" / "metrics.json").read_text())
+    row = next(r for r in history if r.get("checkpoint") == str(checkpoint))
+    assert abs(summary["metrics"]["accuracy"] - row["accuracy"]) <= 1 / len(frame)
+    assert summary["metrics"]["loss"] == pytest.approx(row["loss"], rel=5e-3)  # float32 sums
+    saved = json.loads((tmp_path / "out" / "predict_summary.json").read_text())
+    assert saved["metrics"] == summary["metrics"] and saved["rows"] == len(frame)
+
+    # the checkpoint folder alone is enough; CSV output; only the kept columns
+    code, again, err = predict_json(capsys, str(checkpoint), "--data", str(data),
+                                    "--output", str(tmp_path / "out-csv"), "--output-format",
+                                    "csv", "--keep-columns", "mean radius")
+    assert code == 0, err
+    csv = pd.concat(pd.read_csv(f) for f in sorted(Path(again["output"]).glob("*.csv")))
+    assert list(csv.columns) == ["mean radius", "prediction", "probability_0", "probability_1"]
+    assert len(csv) == len(frame)
+
+    check_errors(capsys, tmp_path, path, run, checkpoint, frame)
+
+
+def check_errors(capsys, tmp_path: Path, path: Path, run: Path, checkpoint: Path,
+                 frame: pd.DataFrame) -> None:
+    """Each a clear message and exit 1, nothing written."""
+    def fails(*args: str) -> str:
+        code = main(["predict", *args])
+        err = capsys.readouterr().err
+        assert code == 1, err
+        assert "Traceback" not in err.split("last lines of the job's log")[0]
+        return err
+
+    no_radius = tmp_path / "no-radius.csv"
+    frame.drop(columns=["mean radius"]).to_csv(no_radius, index=False)
+    err = fails(str(path), "--data", str(no_radius), "--output", str(tmp_path / "e1"))
+    assert "the data has no column 'mean radius'" in err
+    assert not (tmp_path / "e1" / "predictions").exists()
+
+    unseen = tmp_path / "unseen.csv"
+    frame.assign(target=7).to_csv(unseen, index=False)
+    err = fails(str(path), "--data", str(unseen), "--output", str(tmp_path / "e2"), "--evaluate")
+    assert "holds 7, which the model never learned" in err
+
+    moved = tmp_path / "moved" / "checkpoint"
+    shutil.copytree(checkpoint, moved)
+    (moved / ".metadata.json").unlink()  # no way back to its run: no card, no preprocessor
+    err = fails(str(moved), "--data", str(tmp_path / "data" / "breast_cancer.csv"),
+                "--output", str(tmp_path / "e3"))
+    assert "has no model card" in err
+
+    empty = tmp_path / "empty-run"
+    (empty / "orchestrate").mkdir(parents=True)
+    (empty / "orchestrate" / "metrics.json").write_text(json.dumps([{"epoch": 1, "loss": 1.0}]))
+    err = fails(str(empty), "--data", str(tmp_path / "data" / "breast_cancer.csv"),
+                "--output", str(tmp_path / "e4"))
+    assert "has no checkpoint to predict with" in err
+
+    err = fails(str(path), "--data", str(tmp_path / "data" / "breast_cancer.csv"),
+                "--output", str(tmp_path / "out"))
+    assert "already holds predictions" in err
+
+
+def test_xgboost_from_its_run_folder(local_ray, experiment, tmp_path, capsys):
+    path = experiment("xgb-predict", trainer="xgboost", datasets=TABLE, label_column="target",
+                      preprocessors=[{"type": "StandardScaler",
+                                      "columns": ["mean radius", "mean texture"]}],
+                      params={"objective": "binary:logistic", "eval_metric": ["logloss", "error"]},
+                      num_boost_round=5, scaling_config=TWO_WORKERS)
+    code, trained, err = run_json(capsys, path)
+    assert code == 0, err
+    run = Path(trained["run_path"])
+    data = tmp_path / "data" / "breast_cancer.csv"
+    code, summary, err = predict_json(capsys, str(run), "--checkpoint", "latest", "--data", str(data),
+                                      "--output", str(tmp_path / "out"), "--evaluate",
+                                      "--workers", "2")
+    assert code == 0, err
+    history = json.loads((run / "orchestrate" / "metrics.json").read_text())
+    last = history[-1]
+    assert summary["checkpoint"] == last["checkpoint"]
+    # Ray Train shards each split evenly across the two workers, dropping an odd last row: the
+    # run's own metrics may be over one row fewer than this prediction saw
+    rows = summary["rows"]
+    assert abs(summary["metrics"]["accuracy"] - (1 - last["valid-error"])) <= 1 / rows + 1e-12
+    assert summary["metrics"]["loss"] == pytest.approx(last["valid-logloss"], rel=2e-2)
+
+    import xgboost
+
+    card, preprocessor = card_of(run)
+    frame = pd.read_csv(data)
+    booster = xgboost.Booster()
+    booster.load_model(str(Path(last["checkpoint"]) / "model.ubj"))
+    features = preprocessor.transform_batch(frame.copy())[card["features"]]
+    expected = booster.predict(xgboost.DMatrix(features))
+    predicted = read_predictions(Path(summary["output"]))
+    joined = predicted.merge(frame.assign(expected=expected), on=list(frame.columns))
+    assert len(joined) == len(frame) == summary["rows"]
+    np.testing.assert_allclose(joined["probability_1"], joined["expected"], rtol=1e-6)
+
+
+def test_vit_on_image_parquet(local_ray, experiment, tmp_path, capsys):
+    path = experiment("vit-predict", trainer="torch", model=TINY_VIT, datasets=IMAGES,
+                      train_loop_config={"epochs": 1, "batch_size_per_worker": 32},
+                      scaling_config=TWO_WORKERS)
+    code, trained, err = run_json(capsys, path)
+    assert code == 0, err
+    checkpoint = Path(trained["best_checkpoint"])
+    card, _ = card_of(Path(trained["run_path"]))
+    assert card["image"] and card["features"] == ["image"] and len(card["class_names"]) == 10
+    valid = tmp_path / "data" / "images" / "valid"
+    code, summary, err = predict_json(capsys, str(path), "--data", str(valid),
+                                      "--output", str(tmp_path / "out"), "--evaluate",
+                                      "--batch-size", "16")
+    assert code == 0, err
+    predicted = read_predictions(Path(summary["output"]))
+    assert "image" not in predicted.columns  # images are not carried by default
+    table = pq.read_table(valid).to_pandas()
+    assert summary["rows"] == len(predicted) == len(table)
+    history = json.loads((Path(trained["run_path"]) / "orchestrate" / "metrics.json").read_text())
+    assert abs(summary["metrics"]["accuracy"] - history[-1]["accuracy"]) <= 1 / len(table)
+
+    images = np.stack([np.asarray(x) for x in table["image"]]).astype(np.float32)
+    x = ((images / 255.0 - 0.5) / 0.5).transpose(0, 3, 1, 2)
+    expected = torch_probabilities(checkpoint, card, np.ascontiguousarray(x))
+    # no key column in CIFAR's layout: compare the rows as sets of (label, probabilities)
+    ours = np.sort(predicted[[f"probability_{c}" for c in range(10)]].to_numpy(), axis=0)
+    np.testing.assert_allclose(ours, np.sort(expected, axis=0), rtol=1e-4, atol=1e-6)
