@@ -71,7 +71,8 @@ def resolve(options: PredictOptions, state: State) -> tuple[PredictRequest, Wher
             record = recorded_cluster(state, name=spec.cluster.name, file=spec.cluster.path)
     else:
         source = _absolute(options.source)
-        name = source.rstrip("/").rsplit("/", 1)[-1]
+        parts = source.rstrip("/").rsplit("/", 2)
+        name = parts[-2] if parts[-1].startswith("checkpoint_") and len(parts) > 1 else parts[-1]
         if options.cluster:
             record = recorded_cluster(state, name=options.cluster, asked=options.cluster)
     if record is None:  # the local Ray reads this machine's files: say now what is missing

@@ -98,3 +98,11 @@ def test_the_submission_id_follows_the_request(tmp_path):
     assert job_id(output="p") != first
     assert job_id(checkpoint="latest") != first
     assert job_id(keep_columns=("a",)) != first
+
+
+def test_a_checkpoint_is_named_after_its_run(tmp_path):
+    checkpoint = tmp_path / "results" / "cancer" / "checkpoint_2026-11-24_06-00-24.847652"
+    checkpoint.mkdir(parents=True)
+    request, _ = resolve(PredictOptions(source=str(checkpoint), data=str(tmp_path), output="o"),
+                         State.here())
+    assert request.name == "cancer"
