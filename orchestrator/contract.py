@@ -28,6 +28,10 @@ PREPROCESSOR_FILE = "preprocessor.bin"
 CARD_VERSION = 1
 PREDICTIONS_FOLDER = "predictions"          # `orchestrate predict --output DIR`: DIR/predictions/
 PREDICT_SUMMARY = "predict_summary.json"    # and DIR/predict_summary.json
+# `orchestrate serve`: the Serve application's builder and its one deployment, whose user_config
+# is a `ServeUserConfig` (what changes without restarting a replica).
+SERVE_IMPORT_PATH = f"{WORKLOAD_MODULE}.serving:build"
+SERVE_DEPLOYMENT = "Predictor"
 
 # Search domains inside `tune.param_space`: one-key mappings, e.g. {loguniform: [1e-4, 1e-2]}.
 # The first take a list of values; the others a [low, high] pair.
@@ -114,6 +118,14 @@ class PredictConfig(TypedDict):
     gpus: float                     # per actor
     keep_columns: list[str] | None  # None: every input column but images
     evaluate: bool
+
+
+class ServeUserConfig(TypedDict):
+    checkpoint: str                 # the checkpoint folder (absolute or a URI)
+    token_sha256: str | None        # None: `auth: none`
+    max_batch_size: int
+    batch_wait_timeout_s: float
+    use_gpu: bool
 
 
 class ContractError(ValueError):

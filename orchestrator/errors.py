@@ -6,6 +6,7 @@
     ├── PreflightError          a cloud check failed before anything was launched
     ├── ClusterError            launching, reaching or tearing down a cluster failed
     ├── JobError                submitting or following a Ray job failed
+    ├── ServeError              deploying, reaching or removing a Serve application failed
     └── StateError              a project's shared state: unreadable, refused, or locked
         ├── StateLocked         another command holds the state's lock (`holder` says who)
         └── StateConflict       the state moved under us (a conditional write was refused)
@@ -118,6 +119,10 @@ class ClusterError(OrchestrateError):
 
 class JobError(OrchestrateError):
     """Submitting, following or stopping a Ray job failed."""
+
+
+class ServeError(OrchestrateError):
+    """Deploying, reaching or removing a Serve application (`orchestrate serve`) failed."""
 
 
 class StateError(OrchestrateError):

@@ -18,7 +18,8 @@ HEAVY = ("ray", "torch", "boto3", "botocore", "google", "azure", "xgboost", "pan
 
 
 def test_every_example_validates(capsys):
-    assert main(["validate", str(REPO / "cluster_configs"), str(REPO / "experiments")]) == 0
+    assert main(["validate", str(REPO / "cluster_configs"), str(REPO / "experiments"),
+                 str(REPO / "services")]) == 0
     out = capsys.readouterr().out
     assert out.count("ok ") >= 10
 
@@ -27,7 +28,7 @@ def test_validate_and_render_import_nothing_heavy():
     code = (
         "import sys\n"
         "from orchestrator.cli import main\n"
-        "for args in (['validate', 'cluster_configs', 'experiments'],\n"
+        "for args in (['validate', 'cluster_configs', 'experiments', 'services'],\n"
         "             ['render', 'cluster_configs/aws-gpu.yaml'],\n"
         "             ['render', 'experiments/quickstart.yaml']):\n"
         "    assert main(args) == 0, args\n"

@@ -9,16 +9,19 @@ import yaml
 
 from ..language.cluster import ClusterSpec
 from ..language.experiment import ExperimentSpec
+from ..language.service import ServiceSpec
 from ..output import add_format_argument, emit_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("path", metavar="FILE", help="a cluster or experiment YAML file")
+    parser.add_argument("path", metavar="FILE", help="a cluster, experiment or service YAML file")
     add_format_argument(parser)
 
 
-def render_document(spec: ClusterSpec | ExperimentSpec) -> dict[str, Any]:
-    """What to show for a spec: the Ray cluster config, or the job plan."""
+def render_document(spec: ClusterSpec | ExperimentSpec | ServiceSpec) -> dict[str, Any]:
+    """What to show for a spec: the Ray cluster config, the job plan, or the Serve config."""
+    if isinstance(spec, ServiceSpec):
+        return render_service(spec)
     if isinstance(spec, ClusterSpec):
         from ..render.cluster import render_cluster
         from ..state import State, cluster_key
@@ -36,6 +39,26 @@ def render_document(spec: ClusterSpec | ExperimentSpec) -> dict[str, Any]:
     if spec.cluster is not None:
         shown["cluster"] = str(spec.cluster.path)
     return shown
+
+
+def render_service(spec: ServiceSpec) -> dict[str, Any]:
+    """Serve's config for the service: the checkpoint it would serve now (if this machine knows
+    one), the token's hash and orchestrate's package shown as what they stand for."""
+    from ..errors import SpecError
+    from ..jobs.serve import checkpoint_of
+    from ..render import service
+    from ..state import State
+
+    try:
+        checkpoint = checkpoint_of(spec, State.here())
+    except SpecError:
+        checkpoint = f"<the {spec.checkpoint or 'given'} checkpoint of the model's latest run>"
+    application = service.render_application(spec, checkpoint=checkpoint,
+                                             token_sha256=None if spec.document.get("auth") == "none"
+                                             else "<sha256 of the service's token>")
+    head = spec.cluster.document.get("provider", {}).get("head_ip") if spec.cluster else None
+    port = spec.document.get("http_port", service.DEFAULT_PORT)
+    return service.render_config(application, service.http_options(head or "127.0.0.1", port))
 
 
 def run(args: argparse.Namespace) -> int:

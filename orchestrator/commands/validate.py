@@ -38,6 +38,7 @@ def collect_files(paths: list[str]) -> tuple[list[Path], list[Problem]]:
 def validate_file(path: Path) -> dict[str, Any]:
     from ..language import load_any
     from ..language.cluster import ClusterSpec
+    from ..language.experiment import ExperimentSpec
     from ..language.project import PROJECT_FILE, load_project
 
     try:
@@ -51,7 +52,8 @@ def validate_file(path: Path) -> dict[str, Any]:
     if isinstance(spec, ClusterSpec):
         kind, warnings = "cluster", list(spec.warnings)
     else:
-        kind, warnings = "experiment", list(spec.cluster.warnings if spec.cluster else ())
+        kind = "experiment" if isinstance(spec, ExperimentSpec) else "service"
+        warnings = list(spec.cluster.warnings if spec.cluster else ())
     return {"file": str(path), "kind": kind, "valid": True, "errors": [p.as_dict() for p in warnings]}
 
 

@@ -21,6 +21,7 @@ from ..language import load_any
 from ..language.cluster import ClusterSpec
 from ..language.experiment import ExperimentSpec
 from ..language.project import ProjectSpec
+from ..language.service import ServiceSpec
 from ..render.cluster import RenderedCluster, config_hash, render_cluster
 from ..state.document import address
 
@@ -122,6 +123,8 @@ def read_desired(project: ProjectSpec, files: list[Path], token_path: Callable[[
         except SpecError as exc:
             problems += [p for p in exc.problems if p.severity != "warning"]
             continue
+        if isinstance(spec, ServiceSpec):
+            continue  # services are served with `orchestrate serve`, not planned (yet)
         if isinstance(spec, ClusterSpec):
             token = token_path(spec.name)
             rendered = render_cluster(spec, token_file=str(token))

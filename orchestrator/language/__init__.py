@@ -2,7 +2,8 @@
 
     load_cluster(path) -> ClusterSpec        (language.cluster)
     load_experiment(path) -> ExperimentSpec  (language.experiment)
-    load_any(path) -> either, told apart by their keys
+    load_service(path) -> ServiceSpec        (language.service)
+    load_any(path) -> any of them, told apart by their keys
 """
 from __future__ import annotations
 
@@ -15,22 +16,27 @@ from ..yamlload import load_file
 if TYPE_CHECKING:
     from .cluster import ClusterSpec
     from .experiment import ExperimentSpec
+    from .service import ServiceSpec
 
 
 def kind_of(data: dict[str, Any]) -> str | None:
     from .cluster import is_cluster_document
     from .experiment import is_experiment_document
+    from .service import is_service_document
 
     if is_cluster_document(data):
         return "cluster"
+    if is_service_document(data):
+        return "service"
     if is_experiment_document(data):
         return "experiment"
     return None
 
 
-def load_any(path: str | Path) -> ClusterSpec | ExperimentSpec:
+def load_any(path: str | Path) -> ClusterSpec | ExperimentSpec | ServiceSpec:
     from .cluster import build_cluster
     from .experiment import build_experiment
+    from .service import build_service
 
     path = Path(path)
     doc = load_file(path)
@@ -39,6 +45,9 @@ def load_any(path: str | Path) -> ClusterSpec | ExperimentSpec:
         return build_cluster(doc, path)
     if kind == "experiment":
         return build_experiment(doc, path)
+    if kind == "service":
+        return build_service(doc, path)
     raise SpecError([Problem(
         str(path), "cannot tell what this file is: a cluster file has 'cluster_name' and "
-        "'provider', an experiment file has 'name' and 'trainer'", 1)])
+        "'provider', an experiment file has 'name' and 'trainer', a service file has 'name' and "
+        "'model: {experiment | run | checkpoint}'", 1)])

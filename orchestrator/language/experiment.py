@@ -173,7 +173,9 @@ def _path_problems(doc: Document, data: dict[str, Any], base: Path, working_dir:
     return problems
 
 
-def _cluster(doc: Document, data: dict[str, Any], base: Path) -> tuple[ClusterSpec | None, list[Problem]]:
+def cluster_of(doc: Document, data: dict[str, Any],
+               base: Path) -> tuple[ClusterSpec | None, list[Problem]]:
+    """The file's `cluster:` loaded (relative to `base`), or its problems as this file's."""
     if "cluster" not in data:
         return None, []
     from .cluster import load_cluster
@@ -196,7 +198,7 @@ def build_experiment(doc: Document, path: Path) -> ExperimentSpec:
     problems += _model_problems(doc, data) + _trainer_problems(doc, data)
     problems += _preprocessor_problems(doc, data) + _tune_problems(doc, data)
     problems += _path_problems(doc, data, base, working_dir)
-    cluster, cluster_problems = _cluster(doc, data, base)
+    cluster, cluster_problems = cluster_of(doc, data, base)
     problems += cluster_problems
     if problems:
         raise SpecError(problems)

@@ -21,9 +21,11 @@ from .store import (
     SecretStore,
     StateStore,
     cluster_key,
+    service_key,
 )
 
-__all__ = ["State", "StateStore", "SecretStore", "ClusterRecord", "cluster_key", "home",
+__all__ = ["State", "StateStore", "SecretStore", "ClusterRecord", "cluster_key", "service_key",
+           "home",
            "LAUNCHING", "UP", "FAILED", "INTERRUPTED", "STOPPING"]
 
 

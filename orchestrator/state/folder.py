@@ -186,3 +186,19 @@ class FolderStore:
 
     def run(self, key: str) -> dict[str, Any] | None:
         return self._read_entry("runs", key)
+
+    # --- services deployed from here (`orchestrate serve`) ---
+    def record_service(self, name: str, entry: dict[str, Any]) -> None:
+        atomic_write(self._entry("services", name), json.dumps(dict(entry, name=name), default=str))
+
+    def service(self, name: str) -> dict[str, Any] | None:
+        return self._read_entry("services", name)
+
+    def services(self) -> list[dict[str, Any]]:
+        folder = self.root / "services"
+        found = [self._read_entry("services", p.stem) for p in sorted(folder.glob("*.json"))] \
+            if folder.is_dir() else []
+        return [entry for entry in found if entry is not None]
+
+    def forget_service(self, name: str) -> None:
+        self._entry("services", name).unlink(missing_ok=True)

@@ -84,6 +84,14 @@ class StateStore(Protocol):
 
     def run(self, key: str) -> dict[str, Any] | None: ...
 
+    def record_service(self, name: str, entry: dict[str, Any]) -> None: ...
+
+    def service(self, name: str) -> dict[str, Any] | None: ...
+
+    def services(self) -> list[dict[str, Any]]: ...
+
+    def forget_service(self, name: str) -> None: ...
+
 
 class SecretStore(Protocol):
     def ensure(self, key: str) -> Path:
@@ -102,6 +110,11 @@ class SecretStore(Protocol):
         """The secret; ClusterError naming the key (never the value) if missing or damaged."""
 
     def remove(self, key: str) -> None: ...
+
+
+def service_key(name: str) -> str:
+    """The SecretStore key of a service's bearer token."""
+    return f"services/{name}"
 
 
 def cluster_key(name: str) -> str:

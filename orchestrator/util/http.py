@@ -35,6 +35,25 @@ def get_json(address: str, path: str, token: str | None, *, timeout: float = 5) 
         raise HttpError(str(getattr(exc, "reason", exc))) from None
 
 
+def send_json(address: str, path: str, token: str | None, body: Any, *, method: str = "PUT",
+              timeout: float = 30) -> Any:
+    """`method` the JSON `body` to `address + path` with the token; the decoded answer (None
+    when empty), or HttpError with the answer's text."""
+    headers = dict(bearer(token), **{"Content-Type": "application/json"})
+    request = urllib.request.Request(address.rstrip("/") + path, data=json.dumps(body).encode(),
+                                     headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            text = response.read()
+            return json.loads(text) if text.strip() else None
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace").strip().splitlines()
+        raise HttpError(f"HTTP {exc.code}" + (f": {detail[-1][:300]}" if detail else ""),
+                        exc.code) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise HttpError(str(getattr(exc, "reason", exc))) from None
+
+
 def answers(address: str, token: str | None = None, path: str = "/api/version", *,
             timeout: float = 2) -> bool:
     """Whether something answers HTTP there; without a token a 401/403 still counts (the
@@ -47,3 +66,14 @@ def answers(address: str, token: str | None = None, path: str = "/api/version", 
     except OSError:
         return False
     return True
+
+
+def status_of(url: str, *, timeout: float = 2) -> int | None:
+    """The HTTP status a plain GET of `url` gets; None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return None

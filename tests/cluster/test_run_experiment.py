@@ -98,6 +98,34 @@ def test_run_an_experiment_on_the_ssh_cluster(ssh_cluster, shared_dir, tmp_path)
     assert results.returncode == 0, results.stderr
     assert json.loads(results.stdout)["best_checkpoint"] == summary["best_checkpoint"]
 
+    # Served from the cluster (its Serve proxy on the head's address), through the token.
+    serve_on_the_cluster(ssh_cluster, experiment, tmp_path)
+
+
+def serve_on_the_cluster(ssh_cluster, experiment: Path, tmp_path: Path) -> None:
+    from orchestrator.util.ports import free_port
+
+    service = tmp_path / "service.yaml"
+    service.write_text(yaml.safe_dump({"name": "mlp-served", "cluster": str(ssh_cluster.file),
+                                       "model": {"experiment": str(experiment)},
+                                       "http_port": free_port(), "resources_per_replica": {"cpus": 0.5}}))
+    done = ssh_cluster.cli("serve", str(service), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    served = json.loads(done.stdout)
+    assert served["cluster"] == ssh_cluster.name and served["status"] == "RUNNING"
+    head = ssh_cluster.address.split("//")[1].split(":")[0]
+    assert served["url"].startswith(f"http://{head}:")  # the head's address, not this host's
+    row = {k: float(v) for k, v in zip(*[line.split(",") for line in
+                                          (DATA / "breast_cancer_valid.csv").read_text().splitlines()[:2]],
+                                       strict=True) if k != "target"}
+    assert post_status(served["url"] + "/predict", [row]) == 401
+    assert post_status(served["url"] + "/predict", [row],
+                       {"Authorization": f"Bearer {served['token']}"}) == 200
+    removed = ssh_cluster.cli("unserve", "mlp-served")
+    assert removed.returncode == 0, removed.stderr
+    assert post_status(served["url"] + "/predict", [row],
+                       {"Authorization": f"Bearer {served['token']}"}) == 404
+
 
 def post_status(url: str, body: dict, headers: dict | None = None) -> int:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",

@@ -70,6 +70,13 @@ CASES = {
     "provider-empty.yaml": (3, "provider", "expected a mapping, got null"),
     "booleans-for-strings.yaml": (3, "auth.ssh_user", "expected a string, got boolean true"),
     "exp-as-cluster.yaml": (1, "", "this is an experiment file, not a cluster file"),
+    "svc-zero-replicas.yaml": (3, "replicas", "must be >= 1, got integer 0"),
+    "svc-unknown-experiment.yaml": (3, "model.experiment", "'no/such/experiment.yaml' does not exist"),
+    "svc-replicas-and-autoscaling.yaml": (4, "autoscaling", "either 'replicas' or 'autoscaling', not both"),
+    "svc-two-sources.yaml": (2, "model", "give exactly one of 'experiment', 'run'"),
+    "svc-key-typo.yaml": (3, "replica", "unknown key 'replica' (did you mean 'replicas'?)"),
+    "svc-bad-choice.yaml": (2, "model.checkpoint", "checkpoint is best or latest, not 'newest'"),
+    "svc-bad-name.yaml": (1, "name", "Bad_Name"),
 }
 
 

@@ -1,0 +1,331 @@
+"""`orchestrate serve` / `unserve` / `serve --status`: a Serve application per service file,
+through the dashboard's Serve REST API (`/api/serve/applications/`, behind the cluster's token).
+
+    deploy(spec, state, progress) -> Served
+        checkpoint (resolved here) -> token (0600, only its hash goes to the cluster)
+        -> orchestrate's package uploaded (Serve's REST API takes only remote URIs)
+        -> GET the running applications -> refuse a route another one serves
+        -> no-op if ours is RUNNING with the same config, else PUT all of them with ours
+        -> wait for RUNNING (DEPLOY_FAILED: the replica's error) -> probe /healthz
+    remove(name, state) / status(names, state)
+
+The PUT is declarative over every application: the ones this file did not create are sent back
+exactly as Serve reports them, so they keep running.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .. import embedded
+from ..endpoint import Endpoint, forward
+from ..errors import OrchestrateError, Problem, ServeError, SpecError
+from ..language.service import ServiceSpec
+from ..render import service as render
+from ..state import ClusterRecord, State, service_key
+from ..util import http
+from ..util.ports import free_port
+from ..util.waiting import poll
+from .targets import recorded_cluster
+
+Progress = Callable[[str], None]
+API = "/api/serve/applications/"
+DEPLOY_TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class Served:
+    name: str
+    url: str                           # the route's base URL (predict: url + "/predict")
+    status: str
+    checkpoint: str
+    changed: bool                      # False: it already ran exactly this
+    token: str | None                  # shown once, when it was made (and in --format json)
+    token_file: str | None
+    cluster: str | None
+
+    def as_dict(self, *, with_token: bool) -> dict[str, Any]:
+        shown = {"name": self.name, "url": self.url, "status": self.status,
+                 "checkpoint": self.checkpoint, "changed": self.changed, "cluster": self.cluster,
+                 "token_file": self.token_file}
+        if with_token:
+            shown["token"] = self.token
+        return shown
+
+
+def _problem(spec: ServiceSpec, field: tuple[str, ...], message: str,
+             hint: str | None = None) -> SpecError:
+    if spec.doc is not None:
+        return SpecError([spec.doc.problem(field, message, hint)])
+    return SpecError([Problem(str(spec.path), message, field=".".join(field), hint=hint)])
+
+
+def checkpoint_of(spec: ServiceSpec, state: State) -> str:
+    """The checkpoint folder the service serves, checked to have a model card."""
+    from ..workload import card
+
+    source, which = spec.source, spec.checkpoint
+    if spec.experiment is not None:
+        experiment = spec.experiment
+        run_name = (experiment.document.get("run_config") or {}).get("name") or experiment.name
+        summary = state.store.run(run_name)
+        if summary is None or not summary.get("run_path"):
+            raise _problem(spec, ("model", "experiment"),
+                           f"no finished run of {experiment.path} is recorded on this machine",
+                           f"run it first: orchestrate run {experiment.path}")
+        source = str(summary["run_path"])
+    assert source is not None  # the spec names exactly one source
+    try:
+        checkpoint = card.locate(source, which) if which else source
+        card.load(checkpoint)
+    except card.CardError as exc:
+        raise _problem(spec, ("model",), str(exc)) from None
+    return checkpoint
+
+
+@contextlib.contextmanager
+def target(cluster: ClusterRecord | None, state: State, *,
+           start: bool) -> Iterator[tuple[Endpoint, str]]:
+    """(the dashboard's Endpoint, the host the Serve proxy binds to): the cluster's, or the
+    local Ray's (started and kept running if `start`)."""
+    if cluster is not None:
+        from ..endpoint import open_cluster
+
+        with open_cluster(cluster, state) as endpoint:
+            yield endpoint, "127.0.0.1" if cluster.tunneled else str(cluster.head_ip)
+        return
+    if start:
+        with embedded.session(state.secrets, keep=True) as (ray, _started):
+            yield ray.endpoint(state.secrets), "127.0.0.1"
+        return
+    local = embedded.current(state.secrets)
+    if local is None:
+        raise ServeError("the local Ray is not running, so neither is any service on it",
+                         hint="serve it again: orchestrate serve FILE")
+    yield local.endpoint(state.secrets), "127.0.0.1"
+
+
+def _details(endpoint: Endpoint) -> dict[str, Any]:
+    try:
+        found = http.get_json(endpoint.address, API, endpoint.token, timeout=30)
+    except http.HttpError as exc:
+        raise ServeError(f"{endpoint.label}: the Serve API did not answer: {exc}") from None
+    return found if isinstance(found, dict) else {}
+
+
+def running_configs(details: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every application's config as Serve holds it (what to send back to keep it)."""
+    apps = (details.get("applications") or {}).values()
+    return [app["deployed_app_config"] for app in apps if app.get("deployed_app_config")]
+
+
+def _http_options(details: dict[str, Any], host: str, spec: ServiceSpec,
+                  cluster: ClusterRecord | None) -> dict[str, Any]:
+    """Serve's proxy options: those of a Serve already running (they cannot change), else the
+    head's address (or loopback) and the service's port (the local Ray: a free one)."""
+    current = details.get("http_options") or {}  # present only while Serve runs
+    if current.get("port"):
+        return dict(current)
+    port = spec.document.get("http_port") or (render.DEFAULT_PORT if cluster else free_port())
+    return render.http_options(host, int(port))
+
+
+def _upload_package(endpoint: Endpoint) -> str:
+    """orchestrate's package in the cluster's GCS, as `ray job submit` uploads py_modules (only
+    when the cluster does not hold this content yet); its gcs:// URI."""
+    from ray.job_submission import JobSubmissionClient
+
+    from ..render.experiment import package_dir
+
+    env: dict[str, Any] = {"py_modules": [package_dir()]}
+    try:
+        client = JobSubmissionClient(endpoint.address, headers=endpoint.headers or None)
+        client._upload_py_modules_if_needed(env)  # the job client's own upload (no public API)
+    except Exception as exc:  # noqa: BLE001 - Ray raises RuntimeError, requests' errors, ...
+        raise ServeError(f"{endpoint.label}: uploading orchestrate's package failed: "
+                         f"{str(exc).splitlines()[0][:300]}") from None
+    return str(env["py_modules"][0])
+
+
+def _same(deployed: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
+    """Whether Serve runs `wanted` already (the package's URI is its content's hash, so a new
+    orchestrate redeploys)."""
+    return deployed is not None and all(deployed.get(k) == v for k, v in wanted.items())
+
+
+def _put(endpoint: Endpoint, details: dict[str, Any], http_options: dict[str, Any],
+         apps: list[dict[str, Any]]) -> None:
+    """PUT every application; a running Serve keeps its proxy settings (they cannot change)."""
+    body = {"proxy_location": details.get("proxy_location") or "HeadOnly",
+            "http_options": http_options, "applications": apps}
+    try:
+        http.send_json(endpoint.address, API, endpoint.token, body, method="PUT", timeout=60)
+    except http.HttpError as exc:
+        raise ServeError(f"{endpoint.label}: Serve refused the applications: {exc}") from None
+
+
+def _wait(endpoint: Endpoint, name: str, progress: Progress, *, gone: bool = False) -> str:
+    shown: list[str] = []
+
+    def settled() -> str | None:
+        app = (_details(endpoint).get("applications") or {}).get(name)
+        if gone:
+            return "DELETED" if app is None else None
+        status = str((app or {}).get("status") or "NOT_STARTED")
+        if not shown or shown[-1] != status:
+            shown.append(status)
+            progress(f"  {name}: {status}")
+        if status == "DEPLOY_FAILED":
+            raise ServeError(f"{name} failed to deploy: {_failure(app or {})}",
+                             hint="the replica's log: the Serve logs in the dashboard")
+        return status if status == "RUNNING" else None
+
+    status = poll(settled, timeout=DEPLOY_TIMEOUT, interval=1.0)
+    if status is None:
+        raise ServeError(f"{name} was not {'removed' if gone else 'RUNNING'} after "
+                         f"{DEPLOY_TIMEOUT:.0f} s")
+    return status
+
+
+def _failure(app: dict[str, Any]) -> str:
+    for deployment in (app.get("deployments") or {}).values():
+        if deployment.get("message"):
+            return str(deployment["message"]).strip().splitlines()[-1][:500]
+    return str(app.get("message") or "no message").strip().splitlines()[-1][:500]
+
+
+@contextlib.contextmanager
+def reach(url_host: str, port: int, cluster: ClusterRecord | None,
+          state: State) -> Iterator[str]:
+    """The proxy's base address from here: direct, or through an SSH forward on clouds."""
+    if cluster is None or not cluster.tunneled:
+        yield f"http://{url_host}:{port}"
+        return
+    config = state.store.read_rendered(cluster.name) or {}
+    with forward(config.get("auth") or {}, str(cluster.head_ip), port, timeout=20) as local:
+        yield f"http://127.0.0.1:{local}"
+
+
+def _healthy(base: str, route: str) -> None:
+    def ok() -> bool | None:
+        return True if http.status_of(base + route.rstrip("/") + "/healthz") == 200 else None
+
+    if poll(ok, timeout=120, interval=0.5) is None:
+        raise ServeError(f"{base}{route}/healthz did not answer 200 within 120 s")
+
+
+def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
+    cluster = None
+    if spec.cluster is not None:
+        cluster = recorded_cluster(state, name=spec.cluster.name, file=spec.cluster.path)
+    checkpoint = checkpoint_of(spec, state)
+    token, token_file, made = _token(spec, state)
+    digest = hashlib.sha256(token.encode()).hexdigest() if token else None
+    with target(cluster, state, start=True) as (endpoint, host):
+        details = _details(endpoint)
+        running = running_configs(details)
+        ours = next((a for a in running if a.get("name") == spec.name), None)
+        options = _http_options(details, host, spec, cluster)
+        wanted = render.render_application(spec, checkpoint=checkpoint, token_sha256=digest,
+                                           package_uri=_upload_package(endpoint))
+        owner = render.route_owner(running, wanted)
+        if owner:
+            raise _problem(spec, ("route_prefix",), f"the route {spec.route_prefix} is served "
+                           f"by the application {owner!r}", "choose another route_prefix")
+        status = str(((details.get("applications") or {}).get(spec.name) or {}).get("status"))
+        changed = not (_same(ours, wanted) and status == "RUNNING")
+        if changed:
+            progress(f"deploying {spec.name} ({checkpoint}) to {endpoint.label}")
+            _put(endpoint, details, options, render.merge(running, wanted))
+            status = _wait(endpoint, spec.name, progress)
+        url_host = "127.0.0.1" if cluster is None or cluster.tunneled else str(cluster.head_ip)
+        with reach(url_host, int(options["port"]), cluster, state) as base:
+            _healthy(base, spec.route_prefix)
+        url = f"http://{url_host}:{options['port']}{spec.route_prefix.rstrip('/')}"
+    state.store.record_service(spec.name, {
+        "cluster": cluster.name if cluster else None, "file": str(spec.path.resolve()),
+        "url": url, "route_prefix": spec.route_prefix, "checkpoint": checkpoint,
+        "auth": token is not None, "deployed_at": time.time()})
+    return Served(spec.name, url, status, checkpoint, changed, token if made else None,
+                  token_file, cluster.name if cluster else None)
+
+
+def _token(spec: ServiceSpec, state: State) -> tuple[str | None, str | None, bool]:
+    """(token, its file, made now): None for `auth: none`; else made once, 0600, and kept."""
+    if spec.document.get("auth", "token") == "none":
+        return None, None, False
+    key = service_key(spec.name)
+    made = not state.secrets.path(key).exists()
+    path = state.secrets.ensure(key)
+    return state.secrets.read(key), str(path), made
+
+
+def token(name: str, state: State) -> str | None:
+    try:
+        return state.secrets.read(service_key(name))
+    except OrchestrateError:
+        return None
+
+
+def _record(name: str, state: State) -> dict[str, Any]:
+    entry = state.store.service(name)
+    if entry is None:
+        known = ", ".join(s["name"] for s in state.store.services()) or "none"
+        raise ServeError(f"no service {name!r} was served from this machine (known: {known})")
+    return entry
+
+
+def _cluster_of(entry: dict[str, Any], state: State) -> ClusterRecord | None:
+    return recorded_cluster(state, name=entry["cluster"]) if entry.get("cluster") else None
+
+
+def remove(name: str, state: State, progress: Progress) -> bool:
+    """Remove just this application (the others keep running); False if it was not there
+    (nor recorded: removing twice is not an error, as for `down`)."""
+    entry = state.store.service(name)
+    if entry is None:
+        return False
+    cluster = _cluster_of(entry, state)
+    found = False
+    try:
+        with target(cluster, state, start=False) as (endpoint, _host):
+            details = _details(endpoint)
+            running = running_configs(details)
+            found = any(a.get("name") == name for a in running)
+            if found:
+                _put(endpoint, details, details.get("http_options") or {},
+                     render.without(running, name))
+                _wait(endpoint, name, progress, gone=True)
+    except ServeError:
+        if cluster is not None or embedded.current(state.secrets) is not None:
+            raise
+    state.store.forget_service(name)
+    state.secrets.remove(service_key(name))
+    return found
+
+
+def status(names: list[str], state: State) -> list[dict[str, Any]]:
+    """Each recorded service (or those named): Serve's status, replicas and URL."""
+    entries = [_record(n, state) for n in names] if names else state.store.services()
+    rows = []
+    for entry in entries:
+        row = {"name": entry["name"], "cluster": entry.get("cluster"), "url": entry.get("url"),
+               "checkpoint": entry.get("checkpoint"), "status": "NOT_RUNNING", "replicas": 0}
+        try:
+            with target(_cluster_of(entry, state), state, start=False) as (endpoint, _host):
+                app = (_details(endpoint).get("applications") or {}).get(entry["name"]) or {}
+        except OrchestrateError as exc:
+            row["error"] = str(exc)
+            app = {}
+        if app:
+            replicas = [r for d in (app.get("deployments") or {}).values()
+                        for r in d.get("replicas") or []]
+            row.update(status=app.get("status"),
+                       replicas=sum(1 for r in replicas if r.get("state") == "RUNNING"))
+        rows.append(row)
+    return rows
+

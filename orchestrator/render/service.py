@@ -1,0 +1,80 @@
+"""ServiceSpec -> Ray Serve's own config (the shape `serve build` writes and the dashboard's
+`PUT /api/serve/applications/` takes), so it can be read with `orchestrate render` and reused
+in a KubeRay RayService.
+
+Pure: the checkpoint (resolved by the caller), the token's hash and the URI of orchestrate's
+package on the cluster (uploaded by the caller) come in as arguments. `merge` puts one
+application into the applications already running, leaving the others as they are.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..contract import SERVE_DEPLOYMENT, SERVE_IMPORT_PATH, ServeUserConfig
+from ..language.service import ServiceSpec
+
+DEFAULT_PORT = 8000
+PACKAGE_PLACEHOLDER = "<orchestrate's package, uploaded by `orchestrate serve`>"
+
+
+def user_config(spec: ServiceSpec, checkpoint: str, token_sha256: str | None) -> ServeUserConfig:
+    batching = spec.document.get("batching") or {}
+    gpus = float((spec.document.get("resources_per_replica") or {}).get("gpus", 0))
+    return {"checkpoint": checkpoint, "token_sha256": token_sha256,
+            "max_batch_size": int(batching.get("max_batch_size", 1)),
+            "batch_wait_timeout_s": float(batching.get("batch_wait_timeout_s", 0.0)),
+            "use_gpu": gpus > 0}
+
+
+def render_application(spec: ServiceSpec, *, checkpoint: str, token_sha256: str | None,
+                       package_uri: str = PACKAGE_PLACEHOLDER) -> dict[str, Any]:
+    data = spec.document
+    resources = data.get("resources_per_replica") or {}
+    deployment: dict[str, Any] = {
+        "name": SERVE_DEPLOYMENT,
+        "ray_actor_options": {"num_cpus": resources.get("cpus", 1),
+                              "num_gpus": resources.get("gpus", 0)},
+        "user_config": user_config(spec, checkpoint, token_sha256),
+        # a replica that must restart (new resources) is replaced by a new one first
+        "max_surge_percent": 100,
+    }
+    if "max_ongoing_requests" in data:
+        deployment["max_ongoing_requests"] = data["max_ongoing_requests"]
+    if data.get("autoscaling"):
+        deployment["autoscaling_config"] = dict(data["autoscaling"])
+    else:
+        deployment["num_replicas"] = data.get("replicas", 1)
+    return {"name": spec.name, "route_prefix": spec.route_prefix,
+            "import_path": SERVE_IMPORT_PATH, "args": {},
+            "runtime_env": {"py_modules": [package_uri],
+                            "env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}},
+            "deployments": [deployment]}
+
+
+def http_options(host: str, port: int) -> dict[str, Any]:
+    return {"host": host, "port": port}
+
+
+def render_config(application: dict[str, Any], http: dict[str, Any]) -> dict[str, Any]:
+    """A whole Serve config of one application (what `orchestrate render` shows)."""
+    return {"proxy_location": "HeadOnly", "http_options": http, "applications": [application]}
+
+
+def merge(running: list[dict[str, Any]], application: dict[str, Any]) -> list[dict[str, Any]]:
+    """The applications to PUT: the running ones as they are, `application` added or in place
+    of the one of its name (the PUT is declarative over all of them)."""
+    others = [a for a in running if a.get("name") != application["name"]]
+    return [*others, application]
+
+
+def without(running: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [a for a in running if a.get("name") != name]
+
+
+def route_owner(running: list[dict[str, Any]], application: dict[str, Any]) -> str | None:
+    """The other application that already serves this route prefix, if any."""
+    for other in running:
+        if other.get("name") != application["name"] and \
+                other.get("route_prefix") == application["route_prefix"]:
+            return str(other.get("name"))
+    return None

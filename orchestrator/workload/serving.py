@@ -1,0 +1,147 @@
+"""`orchestrate serve`'s application, run by Ray Serve on the cluster (`import_path`
+`orchestrator.workload.serving:build`; the deployment is `Predictor`).
+
+A FastAPI ingress around `inference.Predictor`, the same code `orchestrate predict` runs:
+
+    POST {route}/predict   JSON records ([{col: value}, ...]), or columns ({col: [values]}),
+                           or either under "records"/"columns" -> {"predictions": [row, ...]}
+    GET  {route}/healthz   200 once the model is loaded (503 before), no token needed
+    GET  {route}/metadata  the model card's summary and the checkpoint served
+
+Everything that may change without restarting a replica is the deployment's `user_config`
+(the checkpoint, the token's SHA-256, the batching): Serve calls `reconfigure` with it, which
+loads a new checkpoint beside the one serving and swaps when it is ready, so an update drops no
+request. Only the token's hash reaches the cluster; the Serve proxy has no authentication of its
+own, so every route but healthz checks `Authorization: Bearer <token>` here.
+"""
+# No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations
+# (`request: Request`) as objects, and `Request` is imported inside `build`.
+import asyncio
+import hashlib
+import hmac
+from typing import Any
+
+from ..contract import ServeUserConfig
+
+
+def token_matches(header: str | None, expected_sha256: str | None) -> bool:
+    """`Authorization: Bearer <token>` against the hash (None: the service has `auth: none`)."""
+    if expected_sha256 is None:
+        return True
+    scheme, _, token = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        return False
+    digest = hashlib.sha256(token.strip().encode()).hexdigest()
+    return hmac.compare_digest(digest, expected_sha256)
+
+
+def rows_of(body: Any) -> Any:
+    """The request body as a DataFrame; ValueError says what shape was expected."""
+    import pandas as pd
+
+    if isinstance(body, dict) and len(body) == 1 and next(iter(body)) in ("records", "columns"):
+        body = next(iter(body.values()))
+    if isinstance(body, list) and all(isinstance(row, dict) for row in body):
+        return pd.DataFrame.from_records(body)
+    if isinstance(body, dict) and all(isinstance(v, list) for v in body.values()):
+        if len({len(v) for v in body.values()}) > 1:
+            raise ValueError("every column must have the same number of values")
+        return pd.DataFrame(body)
+    raise ValueError("expected JSON records ([{column: value}, ...]) or columns "
+                     "({column: [values]})")
+
+
+def plain(frame: Any) -> list[dict[str, Any]]:
+    """Prediction rows as JSON-ready dicts (numpy scalars become Python numbers)."""
+    import json
+
+    return list(json.loads(frame.to_json(orient="records")))
+
+
+def build(args: dict[str, Any]) -> Any:
+    """The application builder Serve calls with the config's `args` (unused: see user_config)."""
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from ray import serve
+
+    from ..contract import SERVE_DEPLOYMENT
+    from . import card, inference
+
+    api = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+
+    def denied() -> JSONResponse:
+        return JSONResponse({"error": "missing or wrong token"}, status_code=401,
+                            headers={"WWW-Authenticate": "Bearer"})
+
+    @serve.deployment(name=SERVE_DEPLOYMENT)
+    @serve.ingress(api)
+    class Predictor:
+        def __init__(self) -> None:
+            self.predictor: inference.Predictor | None = None
+            self.loaded: card.Loaded | None = None
+            self.token_sha256: str | None = None
+            self.checkpoint: str | None = None
+
+        async def reconfigure(self, config: ServeUserConfig) -> None:
+            self.token_sha256 = config.get("token_sha256")
+            batched: Any = self.predict_rows  # serve.batch's wrapper: set_* change it live
+            batched.set_max_batch_size(int(config.get("max_batch_size", 1)))
+            batched.set_batch_wait_timeout_s(float(config.get("batch_wait_timeout_s", 0.0)))
+            if config["checkpoint"] != self.checkpoint:
+                loaded = await asyncio.to_thread(card.load, config["checkpoint"])
+                predictor = await asyncio.to_thread(inference.Predictor, loaded,
+                                                    use_gpu=bool(config.get("use_gpu")))
+                self.loaded, self.predictor = loaded, predictor  # the swap: one assignment
+                self.checkpoint = config["checkpoint"]
+
+        @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
+        async def predict_rows(self, frames: list[Any]) -> list[Any]:
+            """Many requests' rows in one model call; each request gets its own rows back."""
+            import pandas as pd
+
+            predictor = self.predictor
+            assert predictor is not None  # healthz and predict answer 503 before
+            sizes = [len(f) for f in frames]
+            out = predictor(pd.concat(frames, ignore_index=True))
+            starts = [sum(sizes[:i]) for i in range(len(sizes))]
+            return [out.iloc[s:s + n].reset_index(drop=True) for s, n in zip(starts, sizes, strict=True)]
+
+        @api.get("/healthz")
+        async def healthz(self) -> JSONResponse:
+            if self.predictor is None:
+                return JSONResponse({"status": "loading"}, status_code=503)
+            return JSONResponse({"status": "ok"})
+
+        @api.get("/metadata")
+        async def metadata(self, request: Request) -> JSONResponse:
+            if not token_matches(request.headers.get("authorization"), self.token_sha256):
+                return denied()
+            if self.loaded is None:
+                return JSONResponse({"status": "loading"}, status_code=503)
+            model = self.loaded.card
+            return JSONResponse({
+                "experiment": model["experiment"], "trainer": model["trainer"],
+                "model": model["model"], "features": model["required_columns"],
+                "label_column": model["label_column"], "task": model["task"],
+                "class_names": model["class_names"], "checkpoint": self.loaded.checkpoint,
+                "outputs": [inference.PREDICTION, *inference.probability_columns(model)]})
+
+        @api.post("/predict")
+        async def predict(self, request: Request) -> JSONResponse:
+            if not token_matches(request.headers.get("authorization"), self.token_sha256):
+                return denied()
+            if self.predictor is None:
+                return JSONResponse({"error": "the model is loading"}, status_code=503)
+            try:
+                frame = rows_of(await request.json())
+            except ValueError as exc:
+                return JSONResponse({"error": f"bad request body: {exc}"}, status_code=400)
+            missing = [c for c in self.predictor.card["required_columns"] if c not in frame.columns]
+            if missing:
+                return JSONResponse({"error": f"missing column(s): {', '.join(missing)}"},
+                                    status_code=400)
+            if frame.empty:
+                return JSONResponse({"predictions": []})
+            return JSONResponse({"predictions": plain(await self.predict_rows(frame))})
+
+    return Predictor.bind()  # type: ignore[attr-defined]  # serve.deployment adds bind()

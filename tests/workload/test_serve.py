@@ -1,0 +1,176 @@
+"""`orchestrate serve` end to end on the embedded local Ray: a trained XGBoost run served by Ray
+Serve through the dashboard's REST API, with real HTTP requests to Serve's proxy on loopback."""
+from __future__ import annotations
+
+import hashlib
+import json
+import stat
+import threading
+import urllib.error
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from orchestrator.cli import main
+from orchestrator.state import State
+
+from .test_end_to_end import TABLE, TWO_WORKERS, run_json
+from .test_predict import predict_json
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def call(url: str, body: object = None, token: str | None = None) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers=headers,
+                                     method="GET" if body is None else "POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        text = exc.read()
+        try:
+            return exc.code, json.loads(text or b"{}")
+        except ValueError:
+            return exc.code, {"text": text.decode(errors="replace")}
+
+
+def write_service(folder: Path, name: str, **document) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, **document}, sort_keys=False))
+    return path
+
+
+def serve_json(capsys, path: Path) -> tuple[int, dict, str]:
+    code = main(["serve", str(path), "--format", "json"])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else {}), err
+
+
+def test_serve_update_and_unserve(local_ray, experiment, tmp_path, capsys):
+    path = experiment("xgb-serve", trainer="xgboost", datasets=TABLE, label_column="target",
+                      preprocessors=[{"type": "StandardScaler",
+                                      "columns": ["mean radius", "mean texture"]}],
+                      params={"objective": "binary:logistic", "eval_metric": ["logloss", "error"]},
+                      num_boost_round=4, scaling_config=TWO_WORKERS)
+    code, trained, err = run_json(capsys, path)
+    assert code == 0, err
+    history = json.loads((Path(trained["run_path"]) / "orchestrate" / "metrics.json").read_text())
+    checkpoints = [row["checkpoint"] for row in history if row.get("checkpoint")]
+    assert len(checkpoints) >= 2
+
+    service = write_service(tmp_path, "cancer", model={"experiment": str(path)},
+                            route_prefix="/cancer", replicas=1,
+                            resources_per_replica={"cpus": 0.5},
+                            batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.01})
+    code, served, err = serve_json(capsys, service)
+    assert code == 0, err
+    url, token = served["url"], served["token"]
+    assert served["status"] == "RUNNING" and served["checkpoint"] == trained["best_checkpoint"]
+    token_file = Path(served["token_file"])
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert token_file.read_text().strip() == token
+
+    # only the token's hash reaches the cluster (the Serve config is readable via the dashboard)
+    endpoint = local_ray.endpoint(State.here().secrets)
+    request = urllib.request.Request(endpoint.address + "/api/serve/applications/",
+                                     headers=endpoint.headers)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        deployed = response.read().decode()
+    assert token not in deployed and hashlib.sha256(token.encode()).hexdigest() in deployed
+
+    frame = pd.read_csv(tmp_path / "data" / "breast_cancer.csv")
+    rows = frame.drop(columns=["target"]).head(20).to_dict(orient="records")
+    assert call(url + "/predict", rows)[0] == 401
+    assert call(url + "/predict", rows, token="not-the-token")[0] == 401
+    assert call(url + "/metadata")[0] == 401
+    assert call(url + "/healthz") == (200, {"status": "ok"})  # health needs no token
+    status, answer = call(url + "/predict", rows, token=token)
+    assert status == 200, answer
+    assert len(answer["predictions"]) == 20
+    status, columns = call(url + "/predict", {"columns": {k: [r[k] for r in rows] for k in rows[0]}},
+                           token=token)
+    assert columns == answer  # records or columns: the same rows
+    assert call(url + "/predict", [{"mean radius": 1.0}], token=token)[0] == 400
+
+    # the same rows through `orchestrate predict` with the same checkpoint give the same answers
+    code, predicted, err = predict_json(capsys, str(path), "--data", str(tmp_path / "data" /
+                                        "breast_cancer.csv"), "--output", str(tmp_path / "out"))
+    assert code == 0, err
+    table = pd.read_parquet(predicted["output"])
+    features = list(rows[0])
+    joined = pd.DataFrame(rows).assign(served=[p["probability_1"] for p in answer["predictions"]],
+                                       label=[p["prediction"] for p in answer["predictions"]])
+    joined = joined.merge(table, on=features)
+    assert len(joined) == 20
+    assert (joined["label"] == joined["prediction"]).all()
+    assert (joined["served"] - joined["probability_1"]).abs().max() < 1e-6
+
+    # unchanged: nothing is deployed again
+    code, again, err = serve_json(capsys, service)
+    assert code == 0 and again["changed"] is False, err
+
+    # another checkpoint while a client keeps asking: no answer but 200
+    codes: list[object] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        while not stop.is_set():
+            codes.append(call(url + "/predict", rows[:2], token=token)[0])
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    try:
+        moved = write_service(tmp_path, "cancer", model={"checkpoint": checkpoints[0]},
+                              route_prefix="/cancer", replicas=1,
+                              resources_per_replica={"cpus": 0.5},
+                              batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.01})
+        code, updated, err = serve_json(capsys, moved)
+    finally:
+        stop.set()
+        thread.join()
+    assert code == 0 and updated["changed"], err
+    assert len(codes) > 10 and Counter(codes) == Counter({200: len(codes)})
+    status, metadata = call(url + "/metadata", token=token)
+    assert status == 200 and metadata["checkpoint"] == checkpoints[0]
+    assert metadata["features"] == features
+
+    # a second application; a route it already serves is refused for a third
+    other = write_service(tmp_path, "other", model={"checkpoint": checkpoints[-1]},
+                          route_prefix="/other", auth="none", resources_per_replica={"cpus": 0.5})
+    code, second, err = serve_json(capsys, other)
+    assert code == 0, err
+    assert call(second["url"] + "/predict", rows[:1])[0] == 200  # auth: none
+    clash = write_service(tmp_path, "clash", model={"checkpoint": checkpoints[-1]},
+                          route_prefix="/other")
+    assert main(["serve", str(clash)]) == 1
+    assert "the route /other is served by the application 'other'" in capsys.readouterr().err
+
+    # unserve removes only its own application
+    assert main(["unserve", "cancer"]) == 0
+    capsys.readouterr()
+    assert call(url + "/healthz")[0] == 404
+    assert call(second["url"] + "/predict", rows[:1])[0] == 200
+    assert main(["serve", "--status", "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["services"]
+    assert [(s["name"], s["status"]) for s in listed] == [("other", "RUNNING")]
+    assert not token_file.exists()
+    assert main(["unserve", "cancer"]) == 0  # again: nothing to remove, not an error
+
+
+def test_serving_a_run_that_never_happened(tmp_path, capsys):
+    experiment_file = tmp_path / "never.yaml"
+    experiment_file.write_text(yaml.safe_dump({
+        "name": "never", "trainer": "xgboost", "label_column": "target",
+        "datasets": {"train": {"path": str(tmp_path)}}}))
+    service = write_service(tmp_path, "never-served", model={"experiment": str(experiment_file)})
+    assert main(["serve", str(service)]) == 1
+    err = capsys.readouterr().err
+    assert "model.experiment: no finished run of" in err and "orchestrate run" in err
