@@ -123,6 +123,13 @@ def running_configs(details: dict[str, Any]) -> list[dict[str, Any]]:
     return [app["deployed_app_config"] for app in apps if app.get("deployed_app_config")]
 
 
+def routes(details: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every application's name and route, also those deployed with `serve.run`, which Serve
+    reports without a config (the PUT leaves them alone, but their routes are taken)."""
+    return [{"name": name, "route_prefix": app.get("route_prefix")}
+            for name, app in (details.get("applications") or {}).items()]
+
+
 def _http_options(details: dict[str, Any], host: str, spec: ServiceSpec,
                   cluster: ClusterRecord | None) -> dict[str, Any]:
     """Serve's proxy options: those of a Serve already running (they cannot change), else the
@@ -232,7 +239,7 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
         options = _http_options(details, host, spec, cluster)
         wanted = render.render_application(spec, checkpoint=checkpoint, token_sha256=digest,
                                            package_uri=_upload_package(endpoint))
-        owner = render.route_owner(running, wanted)
+        owner = render.route_owner(routes(details), wanted)
         if owner:
             raise _problem(spec, ("route_prefix",), f"the route {spec.route_prefix} is served "
                            f"by the application {owner!r}", "choose another route_prefix")

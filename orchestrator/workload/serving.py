@@ -52,10 +52,10 @@ def rows_of(body: Any) -> Any:
 
 
 def plain(frame: Any) -> list[dict[str, Any]]:
-    """Prediction rows as JSON-ready dicts (numpy scalars become Python numbers)."""
-    import json
-
-    return list(json.loads(frame.to_json(orient="records")))
+    """Prediction rows as JSON-ready dicts: Python numbers (`tolist`), every digit kept."""
+    columns = [str(c) for c in frame.columns]
+    values = [frame[c].tolist() for c in frame.columns]
+    return [dict(zip(columns, row, strict=True)) for row in zip(*values, strict=True)]
 
 
 def build(args: dict[str, Any]) -> Any:
@@ -95,16 +95,19 @@ def build(args: dict[str, Any]) -> Any:
                 self.checkpoint = config["checkpoint"]
 
         @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
-        async def predict_rows(self, frames: list[Any]) -> list[Any]:
+        async def predict_rows(self, frames: list[Any]) -> list[list[dict[str, Any]]]:
             """Many requests' rows in one model call; each request gets its own rows back."""
             import pandas as pd
 
             predictor = self.predictor
             assert predictor is not None  # healthz and predict answer 503 before
-            sizes = [len(f) for f in frames]
-            out = predictor(pd.concat(frames, ignore_index=True))
-            starts = [sum(sizes[:i]) for i in range(len(sizes))]
-            return [out.iloc[s:s + n].reset_index(drop=True) for s, n in zip(starts, sizes, strict=True)]
+            rows = plain(predictor(frames[0] if len(frames) == 1 else
+                                   pd.concat(frames, ignore_index=True)))
+            answers, start = [], 0
+            for frame in frames:
+                answers.append(rows[start:start + len(frame)])
+                start += len(frame)
+            return answers
 
         @api.get("/healthz")
         async def healthz(self) -> JSONResponse:
@@ -142,6 +145,6 @@ def build(args: dict[str, Any]) -> Any:
                                     status_code=400)
             if frame.empty:
                 return JSONResponse({"predictions": []})
-            return JSONResponse({"predictions": plain(await self.predict_rows(frame))})
+            return JSONResponse({"predictions": await self.predict_rows(frame)})
 
     return Predictor.bind()  # type: ignore[attr-defined]  # serve.deployment adds bind()

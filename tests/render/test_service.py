@@ -106,3 +106,19 @@ def test_render_shows_the_serve_config(tmp_path, capsys):
     assert shown["applications"][0]["name"] == "shown"
     # the run folder has no checkpoint yet: render says what it would serve instead of failing
     assert shown["applications"][0]["deployments"][0]["user_config"]["checkpoint"].startswith("<")
+
+
+def test_answers_keep_every_digit_and_are_plain_json():
+    import json
+
+    import numpy as np
+    import pandas as pd
+
+    from orchestrator.workload.serving import plain
+
+    frame = pd.DataFrame({"prediction": np.array([1, 0], dtype=np.int64),
+                          "probability_1": np.array([0.9697278141975403, 0.25], dtype=np.float64)})
+    rows = plain(frame)
+    assert rows == [{"prediction": 1, "probability_1": 0.9697278141975403},
+                    {"prediction": 0, "probability_1": 0.25}]
+    assert json.loads(json.dumps(rows)) == rows  # no numpy scalars left

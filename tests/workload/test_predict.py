@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -218,3 +219,29 @@ def test_vit_on_image_parquet(local_ray, experiment, tmp_path, capsys):
     # no key column in CIFAR's layout: compare the rows as sets of (label, probabilities)
     ours = np.sort(predicted[[f"probability_{c}" for c in range(10)]].to_numpy(), axis=0)
     np.testing.assert_allclose(ours, np.sort(expected, axis=0), rtol=1e-4, atol=1e-6)
+
+
+def test_detach_returns_the_job_and_logs_find_it(local_ray, tmp_path, capsys):
+    """--detach returns once submitted; the job is recorded, so `logs` needs no --cluster."""
+    from tests.helpers import jobs_client
+
+    empty = tmp_path / "empty-run"
+    (empty / "orchestrate").mkdir(parents=True)
+    (empty / "orchestrate" / "metrics.json").write_text("[]")
+    data = tmp_path / "rows.csv"
+    data.write_text("a,b\n1,2\n")
+    code = main(["predict", str(empty), "--data", str(data), "--output", str(tmp_path / "o"),
+                 "--detach", "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    job_id = json.loads(out)["job_id"]
+    assert job_id.startswith("orchestrate-predict-empty-run-")
+    client = jobs_client(local_ray)
+    deadline = time.monotonic() + 120
+    while client.status(job_id) not in ("SUCCEEDED", "FAILED", "STOPPED"):
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    assert client.status(job_id) == "FAILED"
+    assert main(["logs", job_id]) == 0
+    out, err = capsys.readouterr()
+    assert "has no checkpoint to predict with" in out + err
