@@ -41,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
     spec = load_service(args.target[0])
     served = serve.deploy(spec, state, info)
     if args.format == "json":
-        shown = served.as_dict(with_token=True)
-        shown["token"] = serve.token(spec.name, state)
+        shown = dict(served.as_dict(), token=serve.token(spec.name, state))
         emit_json(shown)
         return 0
     info(f"{served.name}: {served.status} at {served.url}" +

@@ -151,6 +151,14 @@ def outcome(jobs: JobsClient, job_id: str, status: str, cluster: str | None,
     return summary
 
 
+def latest_run(spec: ExperimentSpec, state: State) -> str | None:
+    """The folder of the experiment's latest finished run that this machine recorded (what
+    `orchestrate results NAME` shows), if any."""
+    run_name = (spec.document.get("run_config") or {}).get("name") or spec.name
+    summary = state.store.run(run_name)
+    return str(summary["run_path"]) if summary and summary.get("run_path") else None
+
+
 def find_results(key: str, state: State) -> dict[str, Any]:
     """A run's summary by run name, job id (what this machine recorded), or the run's folder
     (a path or URI, read where the run wrote it); JobError when there is none."""

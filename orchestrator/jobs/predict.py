@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..contract import PREDICTIONS_FOLDER, DatasetSection
-from ..errors import JobError, Problem, SpecError
+from ..errors import JobError, OrchestrateError, Problem, SpecError
 from ..language.experiment import ExperimentSpec
 from ..render.experiment import dataset_path, guess_format, ship
 from ..render.predict import PredictPlan, PredictRequest, Settings, render_predict
@@ -26,6 +26,7 @@ from ..state import ClusterRecord, State
 from ..util.uris import is_uri
 from ..util.workdir import WorkingDir
 from .client import JobsClient
+from .experiment import latest_run
 from .targets import recorded_cluster
 
 EXPERIMENT_SUFFIXES = (".yaml", ".yml")
@@ -92,13 +93,12 @@ def _job_name(name: str) -> str:
 
 
 def _latest_run(spec: ExperimentSpec, state: State) -> str:
-    run_name = (spec.document.get("run_config") or {}).get("name") or spec.name
-    summary = state.store.run(run_name)
-    if summary is None or not summary.get("run_path"):
+    run = latest_run(spec, state)
+    if run is None:
         raise JobError(f"no finished run of {spec.path} is recorded on this machine",
                        hint=f"run it first (orchestrate run {spec.path}), or give the run's "
                             f"folder or a checkpoint instead of the experiment file")
-    return str(summary["run_path"])
+    return run
 
 
 def _data(options: PredictOptions, spec: ExperimentSpec | None) \
@@ -142,8 +142,6 @@ def submit(plan: PredictPlan, jobs: JobsClient, state: State, cluster: str | Non
 
 
 def _exists(jobs: JobsClient, job_id: str) -> bool:
-    from ..errors import OrchestrateError
-
     try:
         jobs.status(job_id)
     except OrchestrateError:

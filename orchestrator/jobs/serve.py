@@ -30,6 +30,7 @@ from ..state import ClusterRecord, State, service_key
 from ..util import http
 from ..util.ports import free_port
 from ..util.waiting import poll
+from .experiment import latest_run
 from .targets import recorded_cluster
 
 Progress = Callable[[str], None]
@@ -48,13 +49,11 @@ class Served:
     token_file: str | None
     cluster: str | None
 
-    def as_dict(self, *, with_token: bool) -> dict[str, Any]:
-        shown = {"name": self.name, "url": self.url, "status": self.status,
-                 "checkpoint": self.checkpoint, "changed": self.changed, "cluster": self.cluster,
-                 "token_file": self.token_file}
-        if with_token:
-            shown["token"] = self.token
-        return shown
+    def as_dict(self) -> dict[str, Any]:
+        """Everything but the token, which the caller adds where it may be shown."""
+        return {"name": self.name, "url": self.url, "status": self.status,
+                "checkpoint": self.checkpoint, "changed": self.changed, "cluster": self.cluster,
+                "token_file": self.token_file}
 
 
 def _problem(spec: ServiceSpec, field: tuple[str, ...], message: str,
@@ -70,14 +69,11 @@ def checkpoint_of(spec: ServiceSpec, state: State) -> str:
 
     source, which = spec.source, spec.checkpoint
     if spec.experiment is not None:
-        experiment = spec.experiment
-        run_name = (experiment.document.get("run_config") or {}).get("name") or experiment.name
-        summary = state.store.run(run_name)
-        if summary is None or not summary.get("run_path"):
+        source = latest_run(spec.experiment, state)
+        if source is None:
             raise _problem(spec, ("model", "experiment"),
-                           f"no finished run of {experiment.path} is recorded on this machine",
-                           f"run it first: orchestrate run {experiment.path}")
-        source = str(summary["run_path"])
+                           f"no finished run of {spec.experiment.path} is recorded on this "
+                           f"machine", f"run it first: orchestrate run {spec.experiment.path}")
     assert source is not None  # the spec names exactly one source
     try:
         checkpoint = card.locate(source, which) if which else source

@@ -71,5 +71,5 @@ def render_predict(request: PredictRequest, working_dir: Path | None = None,
     content = json.dumps(config, sort_keys=True) + (shipped.digest() if shipped else "")
     digest = hashlib.sha256(content.encode()).hexdigest()[:12]
     return JobPlan(entrypoint=contract.ENTRYPOINT,
-                       runtime_env=runtime_env(contract.encode(config), working_dir, shipped),
-                       config=config, submission_id=f"orchestrate-predict-{request.name}-{digest}")
+                   runtime_env=runtime_env(contract.encode(config), working_dir, shipped),
+                   config=config, submission_id=f"orchestrate-predict-{request.name}-{digest}")

@@ -18,7 +18,9 @@ from typing import Any, cast
 
 from ..contract import CARD_VERSION, MODEL_CARD, PREPROCESSOR_FILE, RESULTS_FOLDER, JobConfig
 from . import results
+from .data import Prepared
 from .models import DEFAULT_CLASSES
+from .train.configs import best_from_history, checkpoint_section
 
 METADATA_KEY = "orchestrate_run"  # in each checkpoint's metadata: the run folder it belongs to
 MODEL_FILES = ("model.pt", "model.ubj")  # the torch loop's and Ray's XGBoost callback's
@@ -43,45 +45,45 @@ def class_names(config: JobConfig) -> list[Any] | None:
     return list(range(int(count)))
 
 
-def make_card(config: JobConfig, *, columns: list[str], features: list[str],
-              input_dim: int | None, image: bool, preprocessor: Any) -> dict[str, Any]:
-    """`columns`: the train split as read; `features`: after the preprocessor, in model order."""
+def make_card(config: JobConfig, prepared: Prepared, *, image: bool,
+              preprocessor_encoding: str | None) -> dict[str, Any]:
+    """`prepared.columns`: the train split as read; `prepared.features`: after the
+    preprocessor, in model order."""
     label = config.get("label_column") or "label"
     steps = config.get("preprocessors") or []
     used = {c for step in steps for c in (step.get("columns") or [])}
-    required = [c for c in columns if c != label and (c in features or c in used)]
+    required = [c for c in prepared.columns
+                if c != label and (c in prepared.features or c in used)]
     names = class_names(config)
     return {
         "format_version": CARD_VERSION,
         "experiment": config["name"],
         "trainer": config.get("trainer", "torch"),
         "model": config.get("model"),
-        "input_dim": input_dim,
+        "input_dim": prepared.input_dim,
         "image": image,
         "label_column": label,
         "required_columns": required,
-        "features": features,
+        "features": prepared.features,
         "task": "classification" if names is not None else "regression",
         "class_names": names,
         "objective": (config.get("params") or {}).get("objective"),
-        "preprocessor": _preprocessor_encoding(preprocessor),
-        "checkpoint_config": (config.get("run_config") or {}).get("checkpoint_config") or {},
+        "preprocessor": preprocessor_encoding,
+        "checkpoint_config": checkpoint_section(config),
     }
 
 
-def _preprocessor_encoding(preprocessor: Any) -> str | None:
-    if preprocessor is None:
-        return None
-    return "text" if isinstance(preprocessor.serialize(), str) else "bytes"
-
-
-def save(run_uri: str, card: dict[str, Any], preprocessor: Any) -> None:
-    """Write the card (and the fitted preprocessor) into the run's results folder."""
+def save(run_uri: str, config: JobConfig, prepared: Prepared, *, image: bool) -> None:
+    """Write the card and the fitted preprocessor (serialized once) into the run's results
+    folder."""
     folder = results.join(run_uri, RESULTS_FOLDER)
-    if preprocessor is not None:
-        data = preprocessor.serialize()
+    encoding = None
+    if prepared.preprocessor is not None:
+        data = prepared.preprocessor.serialize()
+        encoding = "text" if isinstance(data, str) else "bytes"
         results.write_bytes(results.join(folder, PREPROCESSOR_FILE),
                             data.encode() if isinstance(data, str) else data)
+    card = make_card(config, prepared, image=image, preprocessor_encoding=encoding)
     results.write_bytes(results.join(folder, MODEL_CARD), json.dumps(card, indent=2).encode())
 
 
@@ -119,8 +121,6 @@ def locate(path: str, which: str) -> str:
     if which == "latest":
         return cast(str, kept[-1])
     card = _json(results.join(own, MODEL_CARD)) or {}
-    from .train.configs import best_from_history
-
     return best_from_history(history, card.get("checkpoint_config") or {}) or cast(str, kept[-1])
 
 

@@ -69,10 +69,6 @@ def build(args: dict[str, Any]) -> Any:
 
     api = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
-    def denied() -> JSONResponse:
-        return JSONResponse({"error": "missing or wrong token"}, status_code=401,
-                            headers={"WWW-Authenticate": "Bearer"})
-
     @serve.deployment(name=SERVE_DEPLOYMENT)
     @serve.ingress(api)
     class Predictor:
@@ -80,19 +76,17 @@ def build(args: dict[str, Any]) -> Any:
             self.predictor: inference.Predictor | None = None
             self.loaded: card.Loaded | None = None
             self.token_sha256: str | None = None
-            self.checkpoint: str | None = None
 
         async def reconfigure(self, config: ServeUserConfig) -> None:
             self.token_sha256 = config.get("token_sha256")
             batched: Any = self.predict_rows  # serve.batch's wrapper: set_* change it live
             batched.set_max_batch_size(int(config.get("max_batch_size", 1)))
             batched.set_batch_wait_timeout_s(float(config.get("batch_wait_timeout_s", 0.0)))
-            if config["checkpoint"] != self.checkpoint:
+            if self.loaded is None or self.loaded.checkpoint != config["checkpoint"]:
                 loaded = await asyncio.to_thread(card.load, config["checkpoint"])
                 predictor = await asyncio.to_thread(inference.Predictor, loaded,
                                                     use_gpu=bool(config.get("use_gpu")))
                 self.loaded, self.predictor = loaded, predictor  # the swap: one assignment
-                self.checkpoint = config["checkpoint"]
 
         @serve.batch(max_batch_size=1, batch_wait_timeout_s=0.0)
         async def predict_rows(self, frames: list[Any]) -> list[list[dict[str, Any]]]:
@@ -109,6 +103,15 @@ def build(args: dict[str, Any]) -> Any:
                 start += len(frame)
             return answers
 
+        def refused(self, request: Request) -> JSONResponse | None:
+            """401 without the token, 503 before the model is loaded; None: go on."""
+            if not token_matches(request.headers.get("authorization"), self.token_sha256):
+                return JSONResponse({"error": "missing or wrong token"}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+            if self.loaded is None:
+                return JSONResponse({"error": "the model is loading"}, status_code=503)
+            return None
+
         @api.get("/healthz")
         async def healthz(self) -> JSONResponse:
             if self.predictor is None:
@@ -117,10 +120,8 @@ def build(args: dict[str, Any]) -> Any:
 
         @api.get("/metadata")
         async def metadata(self, request: Request) -> JSONResponse:
-            if not token_matches(request.headers.get("authorization"), self.token_sha256):
-                return denied()
-            if self.loaded is None:
-                return JSONResponse({"status": "loading"}, status_code=503)
+            if (answer := self.refused(request)) is not None or self.loaded is None:
+                return answer or JSONResponse({}, status_code=503)
             model = self.loaded.card
             return JSONResponse({
                 "experiment": model["experiment"], "trainer": model["trainer"],
@@ -131,10 +132,8 @@ def build(args: dict[str, Any]) -> Any:
 
         @api.post("/predict")
         async def predict(self, request: Request) -> JSONResponse:
-            if not token_matches(request.headers.get("authorization"), self.token_sha256):
-                return denied()
-            if self.predictor is None:
-                return JSONResponse({"error": "the model is loading"}, status_code=503)
+            if (answer := self.refused(request)) is not None or self.predictor is None:
+                return answer or JSONResponse({}, status_code=503)
             try:
                 frame = rows_of(await request.json())
             except ValueError as exc:

@@ -54,10 +54,7 @@ def make_trainer(config: JobConfig, run_config: Any, run_uri: str) -> Any:
         loop = import_train_loop(reference)
     else:
         if prepared is not None:
-            card.save(run_uri, card.make_card(
-                config, columns=prepared.columns, features=prepared.features,
-                input_dim=prepared.input_dim, image=image, preprocessor=prepared.preprocessor),
-                prepared.preprocessor)
+            card.save(run_uri, config, prepared, image=image)
         job = {"model": config.get("model"), "image": image, "input_dim": input_dim,
                "label": config.get("label_column") or "label", "preprocessor": preprocessor,
                "config": {k: config.get(k) for k in ("datasets", "label_column",

@@ -25,9 +25,7 @@ def make_trainer(config: JobConfig, run_config: Any, run_uri: str) -> Any:
     data.check_paths(config)
     prepared = data.ray_datasets(config, image=False)
     datasets = prepared.datasets
-    card.save(run_uri, card.make_card(config, columns=prepared.columns, features=prepared.features,
-                                      input_dim=None, image=False,
-                                      preprocessor=prepared.preprocessor), prepared.preprocessor)
+    card.save(run_uri, config, prepared, image=False)
     job = {"label": config.get("label_column") or "label",
            "features": prepared.features,
            "params": dict(config.get("params") or {}),
