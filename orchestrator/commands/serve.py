@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
                          for r in rows], ["NAME", "STATUS", "REPLICAS", "URL", "CLUSTER"])
         return 0
     if len(args.target) != 1:
-        raise SystemExit("orchestrate serve: give one service file (or --status)")
+        info("orchestrate serve: error: give one service file (or --status [NAME...])")
+        return 2  # bad usage, as argparse's own errors
     from ..language.service import load_service
 
     spec = load_service(args.target[0])

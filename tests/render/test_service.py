@@ -122,3 +122,9 @@ def test_answers_keep_every_digit_and_are_plain_json():
     assert rows == [{"prediction": 1, "probability_1": 0.9697278141975403},
                     {"prediction": 0, "probability_1": 0.25}]
     assert json.loads(json.dumps(rows)) == rows  # no numpy scalars left
+
+
+def test_serve_wants_one_file(tmp_path, capsys):
+    assert main(["serve"]) == 2
+    assert main(["serve", "a.yaml", "b.yaml"]) == 2
+    assert "give one service file" in capsys.readouterr().err
