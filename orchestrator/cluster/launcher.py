@@ -21,6 +21,7 @@ from .. import providers
 from ..errors import ClusterError
 from ..state import State, cluster_key
 from ..util.processes import ray_command, stop_child_group
+from . import local_nodes
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+\s+(?P<level>[A-Z]+) \S+ -- ")
@@ -127,10 +128,19 @@ class RayLauncher:
         self.state = state
         self.progress = progress
 
+    def _scratch(self, name: str) -> Path:
+        return self.state.store.workspace(name) / "launcher"
+
     def _env(self, name: str, provider: str) -> dict[str, str]:
-        scratch = self.state.store.workspace(name) / "launcher"
+        scratch = self._scratch(name)
         return {"RAY_TMPDIR": str(scratch), "TMPDIR": str(scratch),
                 **providers.get(provider).launcher_env()}
+
+    def _mend(self, name: str, config_file: Path, *, for_teardown: bool) -> None:
+        if local_nodes.mend(self._scratch(name), name, config_file, for_teardown=for_teardown):
+            self.progress("  the launcher's node list was cut short by an interrupted run; "
+                          + ("treating every host as possibly running" if for_teardown
+                             else "starting from the hosts in the file"))
 
     def _secrets(self, name: str) -> list[str]:
         """The cluster's token, masked in every log (none after a very early failure)."""
@@ -146,6 +156,7 @@ class RayLauncher:
                timeout: float) -> None:
         args = ["up", str(config_file), "-y", "--no-config-cache", "--log-style", "record",
                 "--log-color", "false"] + ([] if restart else ["--no-restart"])
+        self._mend(name, config_file, for_teardown=False)
         run_ray(args, log_path=self._log(name, "up.log"), progress=self.progress,
                 timeout=timeout, env=self._env(name, provider), secrets=self._secrets(name))
 
@@ -159,6 +170,7 @@ class RayLauncher:
         return lines[-1]
 
     def teardown(self, name: str, provider: str, config_file: Path, *, timeout: float) -> None:
+        self._mend(name, config_file, for_teardown=True)
         run_ray(["down", str(config_file), "-y", "--log-style", "record", "--log-color", "false"],
                 log_path=self._log(name, "down.log"), progress=self.progress, timeout=timeout,
                 env=self._env(name, provider), secrets=self._secrets(name))

@@ -112,5 +112,10 @@ def test_ctrl_c_during_up(machine, env, tmp_path):
     left = subprocess.run(["pgrep", "-f", f"ray.scripts.scripts up .*{name}"],
                           capture_output=True, text=True)
     assert left.stdout.strip() == ""
+    # The worst moment for the Ctrl-C: Ray rewrites its node list in place, and a stop between
+    # the truncate and the write leaves it empty. `down` must get past that too.
+    nodes = tmp_path / "home" / "clusters" / name / "launcher" / "ray" / f"cluster-{name}.state"
+    assert nodes.exists()
+    nodes.write_text("")
     time.sleep(1)
     down_cleans_up(env, name, machine)
