@@ -9,6 +9,8 @@ nodes are shared), and we build the Python values ourselves so that we can:
 """
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ MAX_DEPTH = 100  # nesting levels; real configs have fewer than ten
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_PLAIN = (str, int, float, bool, type(None))  # what JSON holds: values of anything else are refused
 
 FieldPath = tuple[str | int, ...]  # ("available_node_types", "gpu", "max_workers"), or with ints
 
@@ -58,7 +61,7 @@ def format_path(path: FieldPath) -> str:
         if isinstance(part, int):
             text += f"[{part}]"
         else:
-            text += ("." if text else "") + str(part)
+            text += ("." if text else "") + (str(part) or '""')  # an empty key shows as ""
     return text
 
 
@@ -69,9 +72,10 @@ class _Builder:
         self.lines: dict[FieldPath, tuple[int, int]] = {}
         self.count = 0
 
-    def fail(self, node: yaml.Node, message: str, path: FieldPath = ()) -> SpecError:
+    def fail(self, node: yaml.Node, message: str, path: FieldPath = (), hint: str | None = None) -> SpecError:
         mark = node.start_mark
-        return SpecError([Problem(self.file, message, mark.line + 1, mark.column + 1, format_path(path))])
+        return SpecError([Problem(self.file, message, mark.line + 1, mark.column + 1, format_path(path),
+                                  hint)])
 
     def build(self, node: yaml.Node, path: FieldPath) -> Any:
         self.count += 1
@@ -92,9 +96,18 @@ class _Builder:
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
         try:
-            return self.loader.construct_object(node, deep=True)
+            value = self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
             raise self.fail(node, f"unsupported value: {getattr(exc, 'problem', exc)}", path) from None
+        except (ValueError, TypeError, OverflowError) as exc:  # `!!float nope`, `!!int x`, a bad date
+            raise self.fail(node, f"unsupported value: {node.tag.rsplit(':', 1)[-1]} {node.value!r} "
+                            f"({exc})", path) from None
+        if not isinstance(value, _PLAIN):  # a date, bytes, a set: JSON (and Ray's config) has none
+            kind = node.tag.rsplit(":", 1)[-1]
+            raise self.fail(node, f"unsupported value: YAML reads {node.value!r} as a {kind}, "
+                            "not text, a number, true/false or null", path,
+                            "quote it to keep it as text")
+        return value
 
     def build_mapping(self, node: yaml.MappingNode, path: FieldPath) -> dict[Any, Any]:
         result: dict[Any, Any] = {}
@@ -104,15 +117,15 @@ class _Builder:
                 sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
                 for source in sources:
                     if not isinstance(source, yaml.MappingNode):
-                        raise self.fail(source, "a '<<' merge needs a mapping", path)
+                        raise self.fail(source, "a '<<' merge needs a mapping", path + ("<<",))
                     for k, v in self.build_mapping(source, path).items():
                         merged.setdefault(k, v)
                 continue
             if not isinstance(key_node, yaml.ScalarNode):
-                raise self.fail(key_node, "keys must be plain scalars", path)
+                raise self.fail(key_node, "keys must be plain scalars", path + ("<key>",))
             key = self.build(key_node, path + ("<key>",))
             if isinstance(key, (list, dict)) or not _hashable(key):
-                raise self.fail(key_node, "keys must be plain scalars", path)
+                raise self.fail(key_node, "keys must be plain scalars", path + ("<key>",))
             if key in result:
                 first = self.lines.get(path + (key,), (None,))[0]
                 raise self.fail(
@@ -162,11 +175,21 @@ def _hashable(value: Any) -> bool:
     return True
 
 
+def _reader_problem(exc: yaml.reader.ReaderError) -> str:
+    character = exc.character
+    code = ord(character) if isinstance(character, str) else character
+    return f"the character U+{code:04X} is not allowed in YAML (control and special characters are not)"
+
+
 def load_text(text: str, file: str) -> Document:
     """Parse YAML text into a Document. Raises SpecError for anything that is not a mapping."""
     if not text.strip():
         raise SpecError([Problem(file, "the file is empty; expected a YAML mapping")])
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except UnicodeEncodeError as exc:  # a lone surrogate: text no file decoded as UTF-8 can hold
+        raise SpecError([Problem(file, f"not valid text: the character at offset {exc.start} is a lone "
+                                 "UTF-16 surrogate", text.count("\n", 0, exc.start) + 1)]) from None
     try:
         try:
             root = loader.get_single_node()
@@ -176,6 +199,10 @@ def load_text(text: str, file: str) -> Document:
             line = mark.line + 1 if mark else None
             column = mark.column + 1 if mark else None
             raise SpecError([Problem(file, message, line, column)]) from None
+        except yaml.reader.ReaderError as exc:  # a character YAML does not allow, at an offset
+            at = exc.position
+            raise SpecError([Problem(file, f"not valid YAML: {_reader_problem(exc)}",
+                                     text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at))]) from None
         except yaml.YAMLError as exc:
             raise SpecError([Problem(file, f"not valid YAML: {exc}")]) from None
         except RecursionError:
@@ -196,21 +223,76 @@ def load_text(text: str, file: str) -> Document:
     return Document(file=file, data=data, lines=builder.lines)
 
 
-def load_file(path: str | Path) -> Document:
-    """Read and parse a YAML file, turning every I/O and encoding problem into a SpecError."""
-    path = Path(path)
+def _kind(mode: int) -> str | None:
+    """What a path that is not a regular file is, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """A regular file's bytes, at most MAX_FILE_BYTES, in bounded time; SpecError otherwise.
+
+    The file is opened without blocking (a named pipe with no writer would block a plain open
+    forever), then checked through the open descriptor, so a path swapped between a check and
+    the open cannot slip past. A file that changes while it is read is refused, not half-read.
+    """
     name = str(path)
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_FILE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise SpecError([Problem(name, "no such file")]) from None
     except IsADirectoryError:
         raise SpecError([Problem(name, "is a directory, expected a YAML file")]) from None
     except OSError as exc:
-        raise SpecError([Problem(name, f"cannot read the file: {exc.strerror}")]) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise SpecError([Problem(name, f"the file is larger than {MAX_FILE_BYTES // 2**20} MiB")])
+        raise SpecError([Problem(name, f"cannot read the file: {exc.strerror or exc}")]) from None
+    try:
+        before = os.fstat(fd)
+        kind = _kind(before.st_mode)
+        if kind == "a directory":
+            raise SpecError([Problem(name, "is a directory, expected a YAML file")])
+        if kind:
+            raise SpecError([Problem(name, f"is {kind}, not a regular file; expected a YAML file")])
+        if before.st_size > MAX_FILE_BYTES:
+            raise SpecError([Problem(name, _too_large(before.st_size))])
+        chunks, size = [], 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        after = os.fstat(fd)
+    except OSError as exc:
+        raise SpecError([Problem(name, f"cannot read the file: {exc.strerror or exc}")]) from None
+    finally:
+        os.close(fd)
+    raw = b"".join(chunks)
+    if len(raw) > MAX_FILE_BYTES:  # it grew past the limit while being read
+        raise SpecError([Problem(name, _too_large(None))])
+    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        raise SpecError([Problem(name, "the file changed while it was being read",
+                                 hint="is something still writing it? try again once it is written")])
+    return raw
+
+
+def _too_large(size: int | None) -> str:
+    told = f" ({size:,} bytes)" if size is not None else ""
+    return f"the file is larger than {MAX_FILE_BYTES // 2**20} MiB{told}; a YAML spec is far smaller"
+
+
+def load_file(path: str | Path) -> Document:
+    """Read and parse a YAML file, turning every I/O and encoding problem into a SpecError."""
+    name = str(path)
+    raw = read_bytes(path)
     if b"\x00" in raw:
         raise SpecError([Problem(name, "the file is binary (it contains NUL bytes), not YAML")])
     try:

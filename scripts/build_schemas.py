@@ -25,6 +25,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import experiment_schema  # noqa: E402
 
 NAME_PATTERN = "^[A-Za-z][A-Za-z0-9_-]{0,39}$"
+# Provider types whose `ray up` fills in a node type's missing `resources` before validating, and
+# the node_config key it reads them from: Ray's AWSNodeProvider.fillout_available_node_types_resources
+# looks the InstanceType up in EC2 (ray/autoscaler/_private/aws/node_provider.py). GCP's only adds
+# TPU labels to resources already written; the others fill in nothing.
+RESOURCES_FILLED_FROM = {"aws": "InstanceType"}
 NODE_GROUP_PROPS = {
     "instance_type": {"type": "string", "minLength": 1,
                       "description": "aws InstanceType, gcp machineType, azure vmSize"},
@@ -47,6 +52,47 @@ def ray_schema_path() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "autoscaler" / "ray-schema.json"
 
 
+def ray_defaults() -> dict:
+    """What Ray's defaults.yaml gives each provider that validation depends on: the head's node
+    type and max_workers when the file has none, and the default node types (Ray's
+    fillout_defaults lays the file's top-level keys over these before validating)."""
+    import yaml
+
+    root = ray_schema_path().parent
+    found = {}
+    for name in sorted(PROVIDERS):
+        defaults = yaml.safe_load((root / name / "defaults.yaml").read_text())
+        kept = {key: defaults[key] for key in ("head_node_type", "max_workers") if key in defaults}
+        if defaults.get("available_node_types"):
+            kept["available_node_types"] = {
+                node: {"min_workers": spec.get("min_workers", 0)}
+                for node, spec in defaults["available_node_types"].items()}
+        found[name] = kept
+    return found
+
+
+def resources_rule() -> dict:
+    """Ray's schema requires `resources` on every node type; `ray up` fills them in first for
+    the providers in RESOURCES_FILLED_FROM, from the node_config key named there."""
+    filled = sorted(RESOURCES_FILLED_FROM)
+    when_filled = {
+        "patternProperties": {".*": {
+            "if": {"type": "object", "not": {"required": ["resources"]}},
+            "then": {"properties": {"node_config": {
+                "required": sorted(set(RESOURCES_FILLED_FROM.values())),
+                "properties": {key: {"type": "string", "minLength": 1}
+                               for key in sorted(set(RESOURCES_FILLED_FROM.values()))},
+                "x-message": "without `resources`, ray up reads them from the node_config's "
+                             + " / ".join(sorted(set(RESOURCES_FILLED_FROM.values())))}}}}}}
+    otherwise = {"patternProperties": {".*": {"required": ["resources"]}}}
+    return {
+        "if": {"required": ["provider"], "properties": {"provider": {
+            "required": ["type"], "properties": {"type": {"enum": filled}}}}},
+        "then": {"properties": {"available_node_types": when_filled}},
+        "else": {"properties": {"available_node_types": otherwise}},
+    }
+
+
 def build() -> dict:
     ray = json.loads(ray_schema_path().read_text())
     schema = copy.deepcopy(ray)
@@ -66,6 +112,9 @@ def build() -> dict:
     node_type = props["available_node_types"]["patternProperties"][".*"]
     for key in ("min_workers", "max_workers"):
         node_type["properties"][key] = {"type": "integer", "minimum": 0}
+    node_type["required"] = [key for key in node_type["required"] if key != "resources"]
+    schema["allOf"] = [*schema.get("allOf", []), resources_rule()]
+    schema["x-ray-defaults"] = ray_defaults()
     head = {"type": "object", "additionalProperties": False, "properties": NODE_GROUP_PROPS,
             "description": "shorthand for the head node type"}
     worker = copy.deepcopy(head)

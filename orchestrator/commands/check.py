@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     reports = []
     for path in args.files:
-        spec = load_cluster(path)
+        spec = load_cluster(path, here=True)  # preflight of a launch from here
         if args.format != "json":
             info(f"checking {path} ({spec.provider}) ...")
         results = check_cluster(spec)

@@ -20,7 +20,7 @@ def cluster(argument: str, state: State) -> ClusterRecord:
             raise
     from ..language.cluster import load_cluster  # a file moved since `up`: its name says which
 
-    return recorded_cluster(state, name=load_cluster(file).name, asked=argument)
+    return recorded_cluster(state, name=load_cluster(file, here=False).name, asked=argument)
 
 
 def only_cluster(state: State, verb: str) -> ClusterRecord:

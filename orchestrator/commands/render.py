@@ -64,7 +64,7 @@ def render_service(spec: ServiceSpec) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from ..language import load_any
 
-    document = render_document(load_any(args.path))
+    document = render_document(load_any(args.path, here=False))   # shown, not launched
     if args.format == "json":
         emit_json(document)
     else:

@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from ..language.cluster import load_cluster
     from ..state import State
 
-    spec = load_cluster(args.path)
+    spec = load_cluster(args.path, here=True)  # launched from here: its files must be here
     state = State.here()
     options = UpOptions(preflight=not args.skip_preflight, wait=not args.no_wait,
                         timeout=args.timeout, wait_timeout=args.wait_timeout)

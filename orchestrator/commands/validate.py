@@ -1,7 +1,12 @@
-"""orchestrate validate PATH...: check cluster and experiment files, report every error."""
+"""orchestrate validate PATH...: check cluster and experiment files, report every error.
+
+Nothing is launched from here, so the checks that depend on this machine (a cluster's local
+file_mounts sources and SSH key files) are warnings: a CI runner validating a repository has
+neither (`up` and `check` keep them errors)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +33,7 @@ def collect_files(paths: list[str]) -> tuple[list[Path], list[Problem]]:
             if not found:
                 problems.append(Problem(text, "the folder holds no .yaml or .yml file"))
             files.extend(found)
-        elif path.exists():
+        elif os.path.lexists(path):  # the loader says what is wrong with a link, pipe or device
             files.append(path)
         else:
             problems.append(Problem(text, "no such file or folder"))
@@ -45,7 +50,7 @@ def validate_file(path: Path) -> dict[str, Any]:
         if path.name == PROJECT_FILE:
             load_project(path)
             return {"file": str(path), "kind": "project", "valid": True, "errors": []}
-        spec = load_any(path)
+        spec = load_any(path, here=False)
     except SpecError as exc:
         return {"file": str(path), "kind": None, "valid": False,
                 "errors": [p.as_dict() for p in exc.problems]}

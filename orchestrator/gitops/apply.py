@@ -71,7 +71,7 @@ def apply_project(ps: ProjectState, options: ApplyOptions, progress: Progress,
     if saved:
         paths = tuple(str(ps.project.root / p) for p in paths)
     with ps.lock("apply", timeout=options.lock_timeout, progress=progress) as who:
-        planned = make_plan(ps, PlanOptions(paths, refresh=True))
+        planned = make_plan(ps, PlanOptions(paths, refresh=True, here=True))
         if saved is not None:
             check_saved(saved, planned)
         applied = Applied(planned)

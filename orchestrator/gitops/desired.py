@@ -110,16 +110,17 @@ def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped) -
 
 
 def read_desired(project: ProjectSpec, files: list[Path], token_path: Callable[[str], Path],
-                 project_files: set[Path] | None = None) -> list[Desired]:
+                 project_files: set[Path] | None = None, *, here: bool = True) -> list[Desired]:
     """Load and render every file; SpecError with the problems of all of them at once, and
-    with two files that claim the same address."""
+    with two files that claim the same address. `here`: the files' SSH keys and local mounts
+    must exist on this machine (apply), or may be missing with a warning (plan)."""
     problems: list[Problem] = []
     desired: dict[str, Desired] = {}
     shipped = _Shipped((project_files if project_files is not None else set(project.files()))
                        | set(files))
     for path in files:
         try:
-            spec = load_any(path)
+            spec = load_any(path, here=here)
         except SpecError as exc:
             problems += [p for p in exc.problems if p.severity != "warning"]
             continue

@@ -23,6 +23,7 @@ from .store import ProjectState
 class PlanOptions:
     paths: tuple[str, ...] = ()     # explicit files or folders: a partial plan
     refresh: bool = True
+    here: bool = False              # apply launches from here: key files and mounts must exist
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def make_plan(ps: ProjectState, options: PlanOptions) -> Planned:
         check_not_empty(ps.project, files, doc)
     desired = read_desired(ps.project, files,
                            lambda name: ps.local.secrets.path(cluster_key(name)),
-                           None if partial else set(files))
+                           None if partial else set(files), here=options.here)
     if options.refresh:
         from .refresh import refresh  # the HTTP and SSH clients: only when asking
 

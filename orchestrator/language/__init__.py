@@ -4,6 +4,9 @@
     load_experiment(path) -> ExperimentSpec  (language.experiment)
     load_service(path) -> ServiceSpec        (language.service)
     load_any(path) -> any of them, told apart by their keys
+    build_any(document, path) -> the same, from a document already parsed
+
+`here=False` (validate): the cluster checks that depend on this machine are warnings.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Problem, SpecError
-from ..yamlload import load_file
+from ..yamlload import Document, load_file
 
 if TYPE_CHECKING:
     from .cluster import ClusterSpec
@@ -33,21 +36,25 @@ def kind_of(data: dict[str, Any]) -> str | None:
     return None
 
 
-def load_any(path: str | Path) -> ClusterSpec | ExperimentSpec | ServiceSpec:
+def build_any(doc: Document, path: Path, *, here: bool = True) -> ClusterSpec | ExperimentSpec | ServiceSpec:
+    """A parsed document as the spec its keys say it is; `here` as in `load_cluster`."""
     from .cluster import build_cluster
     from .experiment import build_experiment
     from .service import build_service
 
-    path = Path(path)
-    doc = load_file(path)
     kind = kind_of(doc.data)
     if kind == "cluster":
-        return build_cluster(doc, path)
+        return build_cluster(doc, path, here=here)
     if kind == "experiment":
-        return build_experiment(doc, path)
+        return build_experiment(doc, path, here=here)
     if kind == "service":
-        return build_service(doc, path)
+        return build_service(doc, path, here=here)
     raise SpecError([Problem(
         str(path), "cannot tell what this file is: a cluster file has 'cluster_name' and "
         "'provider', an experiment file has 'name' and 'trainer', a service file has 'name' and "
         "'model: {experiment | run | checkpoint}'", 1)])
+
+
+def load_any(path: str | Path, *, here: bool = True) -> ClusterSpec | ExperimentSpec | ServiceSpec:
+    path = Path(path)
+    return build_any(load_file(path), path, here=here)

@@ -1,7 +1,12 @@
 """Cluster YAML -> ClusterSpec: Ray's cluster-launcher dialect, checked strictly.
 
-Order: parse (line-aware) -> removed Ray fields -> JSON schema (Ray's, tightened) -> shorthand
-expansion -> the semantic checks Ray's schema skips. Every problem in the file is reported.
+Order: parse (line-aware) -> what Ray drops before validating (empty legacy keys) -> removed Ray
+fields -> JSON schema (Ray's, tightened) -> shorthand expansion -> the semantic checks Ray's
+schema skips, on the file laid over Ray's defaults as `ray up` does. Every problem is reported.
+
+Checks that depend on the machine running them (a local file_mounts source, an SSH key file)
+are errors where the cluster is launched from (`here=True`: `up`, `check`, the default) and
+warnings elsewhere (`here=False`: `validate`, which a CI runner runs without ever launching).
 """
 from __future__ import annotations
 
@@ -15,8 +20,13 @@ from .. import providers
 from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
 from ..yamlload import Document, FieldPath, format_path, load_file
-from .schema import describe_value, schema_problems
+from .paths import holds
+from .paths import local as local_path
+from .schema import describe_value, load_schema, schema_problems
 from .shorthand import expand_shorthand
+
+# The hint of a machine-dependent problem that is only a warning (here=False; see the docstring).
+HERE_HINT = "`up` and `check` refuse this where they run; `validate` only warns"
 
 REMOVED_FIELDS = {
     "min_workers": "set min_workers on each entry of available_node_types instead",
@@ -53,6 +63,49 @@ class ClusterSpec:
 
 def is_cluster_document(data: dict[str, Any]) -> bool:
     return "provider" in data or "cluster_name" in data
+
+
+def _provider_of(data: dict[str, Any]) -> providers.Provider | None:
+    provider = data.get("provider")
+    kind = provider.get("type") if isinstance(provider, dict) else None
+    return providers.PROVIDERS[kind] if isinstance(kind, str) and kind in providers.PROVIDERS else None
+
+
+def _warning(problem: Problem) -> Problem:
+    from dataclasses import replace
+
+    return replace(problem, severity="warning")
+
+
+def ray_drops(doc: Document) -> tuple[Document, list[Problem]]:
+    """The document without the keys Ray drops before validating, and a warning for each: empty
+    legacy `head_node` / `worker_nodes` (Ray's translate_trivial_legacy_config), a top-level
+    `min_workers: 0` where Ray pops it unread (fillout_defaults), and empty keys Ray's own
+    preparation replaces for the provider (Provider.RAY_REPLACES)."""
+    provider = _provider_of(doc.data)
+    kept_legacy = provider.LEGACY_KEYS if provider else ()
+    dropped: dict[str, str] = {}
+    for key in ("head_node", "worker_nodes"):
+        if key in doc.data and not doc.data[key]:
+            dropped[key] = f"Ray drops an empty '{key}' (removed from Ray's cluster YAML)"
+    value = doc.data.get("min_workers")
+    if "min_workers" not in kept_legacy and value == 0 and not isinstance(value, bool):
+        dropped["min_workers"] = "Ray ignores a top-level min_workers (removed from Ray's cluster YAML)"
+    for key in provider.RAY_REPLACES if provider else ():
+        if key in doc.data and not doc.data[key]:
+            dropped[key] = f"Ray ignores '{key}' on provider {provider.NAME if provider else ''}"
+    if not dropped:
+        return doc, []
+    warnings = [_warning(doc.problem((key,), f"{why}; remove it")) for key, why in dropped.items()]
+    data = {key: value for key, value in doc.data.items() if key not in dropped}
+    return Document(file=doc.file, data=data, lines=doc.lines), warnings
+
+
+def ray_defaults(kind: str) -> dict[str, Any]:
+    """What Ray's defaults.yaml gives this provider type that validation depends on (generated
+    into the schema from the installed Ray by scripts/build_schemas.py)."""
+    defaults: dict[str, Any] = load_schema("cluster").get("x-ray-defaults", {}).get(kind, {})
+    return defaults
 
 
 def _removed_fields(doc: Document) -> list[Problem]:
@@ -104,43 +157,106 @@ class _ProblemAt(Protocol):
     def __call__(self, path: FieldPath, message: str, hint: str | None = None) -> Problem: ...
 
 
-def _node_type_problems(spec_doc: dict[str, Any], problem: _ProblemAt) -> list[Problem]:
+def _node_type_problems(spec_doc: dict[str, Any], problem: _ProblemAt,
+                        defaults: dict[str, Any]) -> list[Problem]:
+    """Ray's validate_config, on the file laid over Ray's defaults as fillout_defaults does
+    (top-level keys replace the defaults' whole), plus min_workers <= max_workers per type."""
     problems: list[Problem] = []
-    types = spec_doc.get("available_node_types") or {}
-    head = spec_doc.get("head_node_type")
-    if types and head is None:
+    given = "available_node_types" in spec_doc
+    types = spec_doc["available_node_types"] if given else defaults.get("available_node_types", {})
+    types = types if isinstance(types, dict) else {}
+    head = spec_doc.get("head_node_type", defaults.get("head_node_type"))
+    if given and head is None:
         problems.append(problem(("available_node_types",),
                                 "available_node_types needs head_node_type to name the head's type"))
-    if head is not None and head not in types:
+    elif isinstance(head, str) and head not in types:
         known = ", ".join(types) or "none defined"
-        problems.append(problem(("head_node_type",),
-                                f"'{head}' is not a node type in available_node_types ({known})",
-                                did_you_mean(head, types)))
+        if "head_node_type" in spec_doc:
+            problems.append(problem(("head_node_type",),
+                                    f"'{head}' is not a node type in available_node_types ({known})",
+                                    did_you_mean(head, types)))
+        else:
+            problems.append(problem(("available_node_types",),
+                                    f"no head_node_type, and Ray's default head type '{head}' is not "
+                                    f"in available_node_types ({known})",
+                                    "set head_node_type to the node type of the head"))
     total_min = 0
     for name, node in types.items():
         low, high = node.get("min_workers", 0), node.get("max_workers")
         if isinstance(high, int) and isinstance(low, int) and low > high:
             problems.append(problem(("available_node_types", name, "min_workers"),
                                     f"min_workers ({low}) is above max_workers ({high})"))
-        if name != head and isinstance(low, int):
+        if isinstance(low, int):
             total_min += low
-    max_workers = spec_doc.get("max_workers")
+    max_workers = spec_doc.get("max_workers", defaults.get("max_workers"))
     if isinstance(max_workers, int) and total_min > max_workers:
+        which = "" if "max_workers" in spec_doc else ", Ray's default when the file sets none"
         problems.append(problem(("max_workers",),
                                 f"the node types' min_workers add up to {total_min}, "
-                                f"above the cluster's max_workers ({max_workers})"))
+                                f"above the cluster's max_workers ({max_workers}{which})"))
     return problems
 
 
-def _file_mount_problems(doc: Document, data: dict[str, Any], base: Path) -> list[Problem]:
+def _head_type_filled(expanded: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """Ray names the head's node type from its defaults when the file does not: say so in the
+    spec, so that everything after (render, plan, preflight) knows which type is the head."""
+    head = defaults.get("head_node_type")
+    types = expanded.get("available_node_types")
+    if "head_node_type" not in expanded and isinstance(types, dict) and head in types:
+        expanded["head_node_type"] = head
+    return expanded
+
+
+def _here(problem: Problem, here: bool) -> Problem:
+    """A machine-dependent problem: an error where the cluster is launched from, else a warning."""
+    if here:
+        return problem
+    from dataclasses import replace
+
+    return replace(problem, severity="warning", hint=problem.hint or HERE_HINT)
+
+
+def _file_mount_problems(doc: Document, data: dict[str, Any], base: Path, here: bool) -> list[Problem]:
     problems: list[Problem] = []
     for remote, local in (data.get("file_mounts") or {}).items():
         if not isinstance(local, str) or not local:
             problems.append(doc.problem(("file_mounts", remote),
                                         f"expected a local path, got {describe_value(local)}"))
-        elif not (base / Path(local).expanduser()).exists():
-            problems.append(doc.problem(("file_mounts", remote), f"local path '{local}' does not exist"))
+        elif not _exists(base, local):
+            problems.append(_here(doc.problem(("file_mounts", remote),
+                                              f"local path '{local}' does not exist on this machine"),
+                                  here))
     return problems
+
+
+def _exists(base: Path, value: str) -> bool:
+    return holds(local_path(base, value))
+
+
+def _key_file_problems(doc: Document, data: dict[str, Any], base: Path, here: bool) -> list[Problem]:
+    """The SSH key files the launcher reads, relative to the file's folder as `render` makes them."""
+    auth = data.get("auth") or {}
+    return [_here(doc.problem(("auth", key), f"'{auth[key]}' does not exist on this machine",
+                              "relative paths start at the cluster file's folder"), here)
+            for key in ("ssh_private_key", "ssh_public_key")
+            if isinstance(auth.get(key), str) and auth[key] and not _exists(base, auth[key])]
+
+
+def _docker_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
+    """Ray's validate_docker_config: a container name and an image (or a head and a worker
+    image) come together, or neither does."""
+    docker = data.get("docker")
+    if not isinstance(docker, dict):
+        return []
+    image = docker.get("image")
+    images = image or (docker.get("head_image", image) and docker.get("worker_image", image))
+    name = docker.get("container_name")
+    if bool(name) == bool(images):
+        return []
+    missing = "image (or head_image and worker_image)" if name else "container_name"
+    return [doc.problem(("docker", "image" if name else "container_name"),
+                        f"docker needs {missing} too: Ray runs the nodes in a container only with "
+                        "both", "or leave both out to run without docker")]
 
 
 # A POSIX user name: Ray writes ssh_user into `user@host` and, with docker, into shell commands.
@@ -155,32 +271,52 @@ def _auth_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
     return []
 
 
-def build_cluster(doc: Document, path: Path) -> ClusterSpec:
-    """Validate a parsed document and build the spec; raises SpecError with every problem."""
+def build_cluster(doc: Document, path: Path, *, here: bool = True) -> ClusterSpec:
+    """Validate a parsed document and build the spec; raises SpecError with every problem.
+
+    `here`: is the cluster launched from this machine (machine-dependent checks are errors), or
+    only checked (they are warnings)?"""
+    doc, warnings = ray_drops(doc)
     problems = _removed_fields(doc)
     schema = [p for p in schema_problems(doc, "cluster")
               if p.field not in REMOVED_FIELDS]  # reported above with a better message
     problems += schema
     if schema:
-        raise SpecError(problems)
+        raise SpecError(problems + warnings)
     data = doc.data
-    warnings = provider_typos(doc, data)
-    problems += _provider_problems(doc, data) + _auth_problems(doc, data)
+    warnings += provider_typos(doc, data)
+    found = _provider_problems(doc, data) + _auth_problems(doc, data) + _docker_problems(doc, data)
+    problems += [p for p in found if p.severity != "warning"]
+    warnings += [p for p in found if p.severity == "warning"]
     if problems:
-        raise SpecError(problems)
+        raise SpecError(_in_order(problems + warnings))
+    provider = providers.get(data["provider"]["type"])
     expanded, origins, shorthand_problems = expand_shorthand(copy.deepcopy(data), doc)
     problems += shorthand_problems
+    defaults = ray_defaults(provider.NAME)
+    if "available_node_types" not in provider.RAY_REPLACES:
+        expanded = _head_type_filled(expanded, defaults)
+    base = path.parent
+    machine = _file_mount_problems(doc, data, base, here) + _key_file_problems(doc, data, base, here)
+    problems += [p for p in machine if p.severity != "warning"]
+    warnings += [p for p in machine if p.severity == "warning"]
     spec = ClusterSpec(path=path, name=data["cluster_name"], provider=data["provider"]["type"],
-                       document=expanded, source=doc, origins=origins, warnings=tuple(warnings))
-    problems += _node_type_problems(expanded, spec.problem)
-    problems += _file_mount_problems(doc, data, path.parent)
+                       document=expanded, source=doc, origins=origins,
+                       warnings=tuple(_in_order(warnings)))
+    if "available_node_types" not in provider.RAY_REPLACES:
+        problems += _node_type_problems(expanded, spec.problem, defaults)
     if problems:
-        problems += warnings
-        raise SpecError(sorted(problems, key=lambda p: (p.line or 0, p.field)))
+        raise SpecError(_in_order(problems + warnings))
     return spec
 
 
-def load_cluster(path: str | Path) -> ClusterSpec:
+def _in_order(problems: list[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: (p.line or 0, p.field, p.message))
+
+
+def load_cluster(path: str | Path, *, here: bool = True) -> ClusterSpec:
+    """Load and validate a cluster file. `here=False` when it is only checked, not launched from
+    this machine (`validate`): machine-dependent checks are then warnings."""
     from .experiment import is_experiment_document
 
     path = Path(path)
@@ -190,4 +326,4 @@ def load_cluster(path: str | Path) -> ClusterSpec:
             str(path), "this is an experiment file, not a cluster file", 1,
             hint="a cluster file has 'cluster_name' and 'provider'; experiments are run with "
                  "`orchestrate run`")])
-    return build_cluster(doc, path)
+    return build_cluster(doc, path, here=here)

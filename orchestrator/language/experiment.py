@@ -14,6 +14,7 @@ from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
 from ..util.uris import is_uri
 from ..yamlload import Document, FieldPath, load_file
+from .paths import holds, local
 from .schema import schema_problems
 
 if TYPE_CHECKING:  # at run time, language.cluster is imported only where a cluster file is loaded
@@ -74,7 +75,7 @@ def _trainer_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
         if "model" in data and "train_loop" in data:
             problems.append(doc.problem(("train_loop",), "give either 'model' or 'train_loop', not both"))
         if "model" not in data and "train_loop" not in data:
-            problems.append(doc.problem((), "a torch experiment needs 'model' (a built-in model) "
+            problems.append(doc.problem(("model",), "a torch experiment needs 'model' (a built-in model) "
                                         "or 'train_loop' (your own 'module:function')"))
         if "model" in data and "train" not in (data.get("datasets") or {}):
             problems.append(doc.problem(("datasets",), "a built-in model needs a 'train' dataset"))
@@ -86,7 +87,7 @@ def _trainer_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
             if key in data:
                 problems.append(doc.problem((key,), f"'{key}' applies to trainer: torch only"))
         if "label_column" not in data:
-            problems.append(doc.problem((), "trainer xgboost needs 'label_column'"))
+            problems.append(doc.problem(("label_column",), "trainer xgboost needs 'label_column'"))
         if "train" not in (data.get("datasets") or {}):
             problems.append(doc.problem(("datasets",), "trainer xgboost needs a 'train' dataset"))
     if data.get("data_loader") == "torch" and "train_loop" in data:
@@ -158,47 +159,48 @@ def _tune_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
 
 def _path_problems(doc: Document, data: dict[str, Any], base: Path, working_dir: Path) -> list[Problem]:
     problems = []
-    if not working_dir.is_dir():
+    if not holds(working_dir, Path.is_dir):
         problems.append(doc.problem(("working_dir",), f"'{working_dir}' is not a directory"))
     elif "train_loop" in data:
         module = data["train_loop"].split(":")[0].replace(".", "/")
-        if not ((working_dir / f"{module}.py").is_file() or (working_dir / module / "__init__.py").is_file()):
+        if not (holds(working_dir / f"{module}.py", Path.is_file)
+                or holds(working_dir / module / "__init__.py", Path.is_file)):
             problems.append(doc.problem(("train_loop",), f"no module '{data['train_loop'].split(':')[0]}' "
                                         f"in working_dir {working_dir}"))
     for name, dataset in (data.get("datasets") or {}).items():
         path = dataset["path"]
-        if not is_uri(path) and not (base / Path(path).expanduser()).exists():
+        if not is_uri(path) and not holds(local(base, path)):
             problems.append(doc.problem(("datasets", name, "path"), f"'{path}' does not exist "
                                         f"(relative paths start at {base})"))
     return problems
 
 
-def cluster_of(doc: Document, data: dict[str, Any],
-               base: Path) -> tuple[ClusterSpec | None, list[Problem]]:
+def cluster_of(doc: Document, data: dict[str, Any], base: Path,
+               here: bool = True) -> tuple[ClusterSpec | None, list[Problem]]:
     """The file's `cluster:` loaded (relative to `base`), or its problems as this file's."""
     if "cluster" not in data:
         return None, []
     from .cluster import load_cluster
 
-    path = (base / Path(data["cluster"]).expanduser()).resolve()
+    path = local(base, data["cluster"])
     try:
-        return load_cluster(path), []
+        return load_cluster(path, here=here), []
     except SpecError as exc:
         where = doc.problem(("cluster",), f"the cluster file {data['cluster']} is not valid "
                             f"(see the errors for {path})")
         return None, [where] + exc.problems
 
 
-def build_experiment(doc: Document, path: Path) -> ExperimentSpec:
+def build_experiment(doc: Document, path: Path, *, here: bool = True) -> ExperimentSpec:
     problems = schema_problems(doc, "experiment")
     if problems:
         raise SpecError(problems)
     data, base = doc.data, path.resolve().parent
-    working_dir = (base / Path(data.get("working_dir", ".")).expanduser()).resolve()
+    working_dir = local(base, data.get("working_dir", "."))
     problems += _model_problems(doc, data) + _trainer_problems(doc, data)
     problems += _preprocessor_problems(doc, data) + _tune_problems(doc, data)
     problems += _path_problems(doc, data, base, working_dir)
-    cluster, cluster_problems = cluster_of(doc, data, base)
+    cluster, cluster_problems = cluster_of(doc, data, base, here)
     problems += cluster_problems
     if problems:
         raise SpecError(problems)
@@ -206,6 +208,6 @@ def build_experiment(doc: Document, path: Path) -> ExperimentSpec:
                           working_dir=working_dir, cluster=cluster, source=doc)
 
 
-def load_experiment(path: str | Path) -> ExperimentSpec:
+def load_experiment(path: str | Path, *, here: bool = True) -> ExperimentSpec:
     path = Path(path)
-    return build_experiment(load_file(path), path)
+    return build_experiment(load_file(path), path, here=here)

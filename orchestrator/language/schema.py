@@ -82,7 +82,8 @@ def _translate(error: ValidationError, doc: Document) -> list[Problem]:
         return problems
     if v == "required":
         missing = [k for k in error.validator_value if isinstance(value, dict) and k not in value]
-        return [doc.problem(path, f"missing required key '{k}'", custom) for k in missing]
+        # the field is the missing key; its line is the mapping's (Document.line_of walks up)
+        return [doc.problem(path + (k,), f"missing required key '{k}'", custom) for k in missing]
     if custom:
         return [doc.problem(path, f"{custom}, got {describe_value(value)}")]
     if v == "type":

@@ -24,6 +24,7 @@ from ..errors import Problem, SpecError
 from ..util.uris import is_uri
 from ..yamlload import Document, load_file
 from .experiment import cluster_of, load_experiment
+from .paths import holds, local
 from .schema import schema_problems
 
 if TYPE_CHECKING:
@@ -55,10 +56,11 @@ def is_service_document(data: dict[str, Any]) -> bool:
 
 
 def _local(base: Path, value: str) -> str:
-    return value if is_uri(value) else str((base / Path(value).expanduser()).resolve())
+    return value if is_uri(value) else str(local(base, value))
 
 
-def _model(doc: Document, base: Path) -> tuple[ExperimentSpec | None, str | None, str, list[Problem]]:
+def _model(doc: Document, base: Path,
+           here: bool) -> tuple[ExperimentSpec | None, str | None, str, list[Problem]]:
     model = doc.data["model"]
     named = [k for k in ("experiment", "run") if k in model]
     if len(named) > 1 or (not named and "checkpoint" not in model):
@@ -67,7 +69,7 @@ def _model(doc: Document, base: Path) -> tuple[ExperimentSpec | None, str | None
                                             "(a checkpoint folder)")]
     if not named:
         source = _local(base, model["checkpoint"])
-        if not is_uri(source) and not Path(source).is_dir():
+        if not is_uri(source) and not holds(Path(source), Path.is_dir):
             return None, None, "", [doc.problem(("model", "checkpoint"),
                                                 f"'{model['checkpoint']}' is not a folder")]
         return None, source, "", []
@@ -79,19 +81,19 @@ def _model(doc: Document, base: Path) -> tuple[ExperimentSpec | None, str | None
     if named[0] == "run":
         return None, _local(base, model["run"]), which, []
     path = Path(_local(base, model["experiment"]))
-    if not path.is_file():
+    if not holds(path, Path.is_file):
         return None, None, "", [doc.problem(("model", "experiment"),
                                             f"'{model['experiment']}' does not exist "
                                             f"(relative paths start at {base})")]
     try:
-        return load_experiment(path), None, which, []
+        return load_experiment(path, here=here), None, which, []
     except SpecError as exc:
         return None, None, "", [doc.problem(("model", "experiment"),
                                             f"the experiment file {model['experiment']} is not "
                                             f"valid (see the errors for {path})"), *exc.problems]
 
 
-def build_service(doc: Document, path: Path) -> ServiceSpec:
+def build_service(doc: Document, path: Path, *, here: bool = True) -> ServiceSpec:
     problems = schema_problems(doc, "service")
     if problems:
         raise SpecError(problems)
@@ -104,8 +106,8 @@ def build_service(doc: Document, path: Path) -> ServiceSpec:
         problems.append(doc.problem(("autoscaling", "min_replicas"),
                                     f"min_replicas ({scaling['min_replicas']}) is more than "
                                     f"max_replicas ({scaling['max_replicas']})"))
-    experiment, source, which, model_problems = _model(doc, base)
-    cluster, cluster_problems = cluster_of(doc, data, base)
+    experiment, source, which, model_problems = _model(doc, base, here)
+    cluster, cluster_problems = cluster_of(doc, data, base, here)
     problems += model_problems + cluster_problems
     if experiment is not None and "cluster" not in data and experiment.cluster is not None:
         cluster = experiment.cluster  # the model lives where it was trained
@@ -117,6 +119,6 @@ def build_service(doc: Document, path: Path) -> ServiceSpec:
                        doc=doc)
 
 
-def load_service(path: str | Path) -> ServiceSpec:
+def load_service(path: str | Path, *, here: bool = True) -> ServiceSpec:
     path = Path(path)
-    return build_service(load_file(path), path)
+    return build_service(load_file(path), path, here=here)

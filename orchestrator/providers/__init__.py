@@ -70,18 +70,21 @@ def ensure_ready(spec: SpecWithProvider) -> list[CheckResult]:
     results = check_cluster(spec)
     failed = failures(results)
     if failed:
-        lines = []
-        for result in failed:
-            where = f"{spec.path}:{result.line}" if result.line else str(spec.path)
-            field = f" {result.field}:" if result.field else ""
-            hint = f" ({result.hint})" if result.hint else ""
-            lines.append(f"{where}:{field} {result.detail}{hint}")
+        lines = [described(spec, result) for result in failed]
         raise PreflightError(
             f"preflight failed for {spec.name} ({len(failed)} problem"
             f"{'s' if len(failed) > 1 else ''}):\n  " + "\n  ".join(lines),
             hint="fix the cluster YAML, or run with --skip-preflight to launch anyway",
         )
     return results
+
+
+def described(spec: SpecWithProvider, result: CheckResult) -> str:
+    """`file:line: field: detail (hint)`: one check's result, where it points in the file."""
+    where = f"{spec.path}:{result.line}" if result.line else str(spec.path)
+    field = f" {result.field}:" if result.field else ""
+    hint = f" ({result.hint})" if result.hint else ""
+    return f"{where}:{field} {result.detail}{hint}"
 
 
 def check_credentials() -> list[CheckResult]:

@@ -98,6 +98,12 @@ class Provider(Protocol):
         """Removed top-level keys Ray still reads for this provider (`problems` checks them)."""
 
     @property
+    def RAY_REPLACES(self) -> tuple[str, ...]:
+        """Top-level keys Ray's own preparation for this provider replaces before it validates
+        (on-prem: the node types): an empty one is dropped with a warning, as Ray ignores it;
+        `problems` refuses a non-empty one."""
+
+    @property
     def DEFAULT_START(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """Ray's default start commands (ray/autoscaler/<provider>/defaults.yaml), (head,
         workers); hardening rewrites them when the file has none."""

@@ -10,6 +10,7 @@ from ..yamlload import Document
 from .base import WARN, CheckResult, ClusterView, Config, FieldPath, Progress
 
 LEGACY_KEYS: tuple[str, ...] = ()
+RAY_REPLACES: tuple[str, ...] = ()
 SCALING_FIELDS: tuple[str, ...] = ()
 
 # Ray's defaults (ray/autoscaler/{aws,gcp,azure}/defaults.yaml).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from pathlib import Path
 from typing import Any
 
 from ..errors import Problem
@@ -20,11 +21,15 @@ NAME = "local"
 EXTRA = None
 # Provider fields Ray's on-prem provider reads.
 KEYS = ("head_ip", "worker_ips", "coordinator_address", "external_head_ip")
-REQUIRED = ("head_ip", "worker_ips")
+# head_ip and worker_ips, unless a coordinator_address hands out the hosts (checked in `problems`).
+REQUIRED: tuple[str, ...] = ()
+HOSTS = ("head_ip", "worker_ips")
 REPLACE_FIELDS = ("provider.head_ip",)
 SCALING_FIELDS = ("provider.worker_ips",)  # the head's autoscaler reads the new list
 # Ray's on-prem provider still reads a top-level min_workers (prepare_local); checked below.
 LEGACY_KEYS = ("min_workers",)
+# Ray's prepare_local replaces these with its single node type (it aborts on non-empty node types).
+RAY_REPLACES = ("available_node_types", "head_node_type")
 # Ray's defaults (ray/autoscaler/local/defaults.yaml).
 DEFAULT_START = (
     ("ray stop", "ulimit -c unlimited; ray start --head --port=6379"
@@ -46,6 +51,14 @@ def problems(doc: Document, data: Config) -> list[Problem]:
                                   or value < 0):
         found.append(doc.problem(("min_workers",), "expected an integer >= 0"))
     provider = data.get("provider") or {}
+    if "coordinator_address" in provider:  # Ray's prepare_coordinator: the coordinator has the hosts
+        if "max_workers" not in data:
+            found.append(doc.problem(("max_workers",), "missing 'max_workers', required with "
+                                     "provider.coordinator_address (the most hosts to ask for)"))
+    else:
+        found += [doc.problem(("provider", key), f"missing '{key}', required for provider type "
+                              f"{NAME}", "or give provider.coordinator_address")
+                  for key in HOSTS if provider.get(key) in (None, "")]
     found += _worker_bounds(doc, data, provider)
     for key in ("head_ip", "worker_ips"):
         values = provider.get(key)
@@ -108,7 +121,8 @@ def dashboard_host(config: Config, chosen: str | None) -> str:
 
 
 def head_address(config: Config) -> str | None:
-    return str(config["provider"]["head_ip"])
+    head = (config.get("provider") or {}).get("head_ip")
+    return str(head) if head else None  # with a coordinator: ask `ray get-head-ip`
 
 
 def expected_nodes(config: Config) -> int:
@@ -162,15 +176,25 @@ def credentials() -> CheckResult:
     return CheckResult("local ssh", WARN, "no ssh client on PATH", "install openssh-client")
 
 
-def _answers(host: str, auth: Config) -> tuple[bool, str]:
+# What the host's own name resolves to, on the host (IPv4: getent would ask DNS for IPv6 first):
+# its name, then getent's first line, which starts with the address.
+RESOLVE_HOSTNAME = 'name=$(hostname); echo "$name $(getent ahostsv4 "$name" | head -n 1)"'
+
+
+def _answers(host: str, auth: Config) -> tuple[bool, str, str | None]:
+    """Whether `host` takes our SSH login (and why not), and the loopback address its own
+    hostname resolves to there, if it does."""
     from ..util import ssh
 
     try:
-        ssh.run(auth, host, "true", timeout=TIMEOUT + 5, connect_timeout=TIMEOUT,
-                login_shell=False)
+        printed = ssh.run(auth, host, RESOLVE_HOSTNAME, timeout=TIMEOUT + 5,
+                          connect_timeout=TIMEOUT, login_shell=False)
     except ssh.SshError as exc:
-        return False, str(exc)
-    return True, "answers on SSH"
+        return False, str(exc), None
+    words = printed.split()
+    loopback = f"{words[0]} -> {words[1]}" if len(words) > 1 and words[1].startswith("127.") \
+        else None
+    return True, "answers on SSH", loopback
 
 
 def check(spec: ClusterView) -> list[CheckResult]:
@@ -186,12 +210,14 @@ def check(spec: ClusterView) -> list[CheckResult]:
     if not key:
         checks.fail("ssh key", "auth.ssh_private_key is not set",
                     "set the private key that logs in to every host", ("auth",))
-    elif not os.path.isfile(os.path.expanduser(key)):
-        checks.fail("ssh key", f"{key} does not exist", "point it at an existing private key",
-                    ("auth", "ssh_private_key"))
+    else:   # a relative key starts at the cluster file's folder, as when rendered for `ray up`
+        key = str(Path(spec.path).parent / Path(str(key)).expanduser())
+        auth = {**auth, "ssh_private_key": key}
+        if not os.path.isfile(key):
+            checks.fail("ssh key", f"{key} does not exist", "point it at an existing private key",
+                        ("auth", "ssh_private_key"))
     if checks.failed:
         return checks.results
-    key = os.path.expanduser(key)
     hosts: list[tuple[FieldPath, Any]] = [(("provider", "head_ip"), provider.get("head_ip"))]
     hosts += [(("provider", "worker_ips", i), ip) for i, ip in enumerate(provider.get("worker_ips") or [])]
     hosts = [(path, ip) for path, ip in hosts if ip]
@@ -203,9 +229,16 @@ def check(spec: ClusterView) -> list[CheckResult]:
         return checks.results
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
         answers = list(pool.map(lambda item: _answers(item[1], auth), hosts))
-    for (path, ip), (ok, detail) in zip(hosts, answers, strict=True):
+    for (path, ip), (ok, detail, loopback) in zip(hosts, answers, strict=True):
         if ok:
             checks.ok("ssh", f"{user}@{ip} {detail}", path)
+            if loopback:
+                checks.warn("hostname", f"{ip}: its own hostname resolves to loopback "
+                            f"({loopback}); torch's Gloo and NCCL would take that address",
+                            "orchestrate's jobs set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the "
+                            "interface of the node's Ray address, but other programs will not: "
+                            "map the hostname to the host's network address in its /etc/hosts",
+                            path)
         else:
             checks.fail("ssh", f"{user}@{ip}: {detail}",
                         f"check that sshd runs on {ip}, that {user} exists there and that the "

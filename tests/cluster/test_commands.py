@@ -18,8 +18,9 @@ def orchestrate(*args: str) -> subprocess.CompletedProcess:
 
 def test_second_up_on_a_locked_cluster_fails_clearly(tmp_path, state):
     path = tmp_path / "c.yaml"
+    (tmp_path / "key").write_text("not used: the lock stops `up` first\n")
     path.write_text("cluster_name: locked\nprovider: {type: local, head_ip: 127.0.0.9, "
-                    "worker_ips: []}\nauth: {ssh_user: u, ssh_private_key: /nonexistent}\n")
+                    "worker_ips: []}\nauth: {ssh_user: u, ssh_private_key: key}\n")
     with state.store.lock("locked", action="up"):
         done = orchestrate("up", str(path), "-y")
     assert done.returncode == 1

@@ -205,10 +205,10 @@ def cluster(tmp_path):
     """Write a cluster YAML (dedented) and load it with the real spec loader."""
     from orchestrator.language.cluster import load_cluster
 
-    def make(text: str, name: str = "cluster.yaml"):
+    def make(text: str, name: str = "cluster.yaml", here: bool = True):
         path = tmp_path / name
         path.write_text(textwrap.dedent(text).lstrip())
-        return load_cluster(path)
+        return load_cluster(path, here=here)
 
     return make
 

@@ -131,7 +131,8 @@ def test_missing_key_pair_lists_the_existing_ones(aws, cluster, tmp_path):
 def test_existing_key_pair_needs_its_private_key_file(aws, cluster):
     aws.client("ec2").create_key_pair(KeyName="team-key-2")
     spec = cluster(aws_yaml(key_lines="\n          KeyName: team-key-2",
-                            auth_extra="\n      ssh_private_key: /nonexistent/team-key.pem"))
+                            auth_extra="\n      ssh_private_key: /nonexistent/team-key.pem"),
+                   here=False)   # as `validate` loads it; `up` refuses the missing key earlier
     results = check_cluster(spec)
     assert only(results, "key pair").status == OK
     result = only(results, "ssh key")

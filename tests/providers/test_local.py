@@ -81,10 +81,17 @@ def local_yaml(head, workers, key, user=None):
 
 def test_every_host_answers(sshd, cluster):
     head, worker = sshd["hosts"]
-    results = check_cluster(cluster(local_yaml(head, [worker], sshd["key"])))
+    results = by_name(check_cluster(cluster(local_yaml(head, [worker], sshd["key"]))), "ssh")
     assert [(r.status, r.field) for r in results] == [
         (OK, "provider.head_ip"), (OK, "provider.worker_ips.0")]
     assert f"@{head} answers on SSH" in results[0].detail
+
+
+def test_a_relative_key_starts_at_the_cluster_files_folder(sshd, cluster, monkeypatch):
+    head, _ = sshd["hosts"]
+    monkeypatch.chdir("/")   # not where the file is: the key must be found beside the file
+    results = by_name(check_cluster(cluster(local_yaml(head, [], sshd["key"].name))), "ssh")
+    assert [r.status for r in results] == [OK], results
 
 
 def test_a_host_that_does_not_answer_is_named_with_its_line(sshd, cluster):
@@ -105,6 +112,7 @@ def test_a_key_the_hosts_do_not_accept(sshd, cluster, tmp_path):
 
 
 def test_missing_key_file_fails_before_any_connection(cluster, tmp_path):
-    spec = cluster(local_yaml("127.0.0.1", [], tmp_path / "no-such-key"))
+    # Loaded as `validate` loads it (a missing key is a warning there); `up` refuses it earlier.
+    spec = cluster(local_yaml("127.0.0.1", [], tmp_path / "no-such-key"), here=False)
     result = only(check_cluster(spec), "ssh key")
     assert result.status == FAIL and result.field == "auth.ssh_private_key" and result.line == 8
