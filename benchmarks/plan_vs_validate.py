@@ -12,9 +12,9 @@ the same files, and the no-op `apply` of a project holding one live cluster.
    - plan: `orchestrate plan --refresh=false --detailed-exitcode` in the project (must exit 0);
    - validate: `orchestrate validate clusters experiments` in the project (must exit 0).
    Target: ratio of medians (plan / validate) <= 1.5.
-2. no-op apply (needs root; skipped with --no-live or when not root). The hosts are the test
-   suite's (tests/cluster/machine.py), as in up_vs_ray_up.py: a unix user for the node and an
-   sshd on a loopback address; the cluster is a head alone, its file in a project folder. One
+2. no-op apply (needs root; skipped with --no-live or when not root). The host is one of the test
+   suite's simulated machines (tests/cluster/hosts.py), as in up_vs_ray_up.py; the cluster is a
+   head alone (cluster_configs/local.yaml with its address), its file in a project folder. One
    `orchestrate apply -y` launches it (untimed); then each round, in alternating order:
    - apply: `orchestrate apply -y` in the project (must exit 0 and say "No changes");
    - up: `orchestrate up FILE -y` of the same file, the single-file no-op.
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -176,11 +175,10 @@ def plan_vs_validate(rounds: int, work: Path) -> None:
 def noop_apply(rounds: int, work: Path) -> None:
     import yaml
 
-    from tests.cluster.machine import NodeUser, Sshd, free_loopback_ips, local_cluster_config
+    from tests.cluster.hosts import Network, local_cluster
 
     work = work / "live"
     work.mkdir()
-    work.chmod(0o755)
     home = work / "home"
     env = dict(os.environ, ORCHESTRATE_HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
     root = work / "project"
@@ -189,13 +187,10 @@ def noop_apply(rounds: int, work: Path) -> None:
         {"project": "bench-apply", "include": ["clusters/*.yaml"]}))
     name = "bench-apply"
     file = root / "clusters" / f"{name}.yaml"
-    user = NodeUser.create()
-    sshd = None
+    network = Network.create(work / "hosts", 1)
     launched = False
     try:
-        ips = free_loopback_ips(1)
-        sshd = Sshd.start(ips, work / "sshd", user)
-        file.write_text(yaml.safe_dump(local_cluster_config(name, ips, user, sshd.client_key)))
+        file.write_text(yaml.safe_dump(local_cluster(name, network)))
         start = time.monotonic()
         launched = True
         timed([*ORCHESTRATE, "apply", "-y"], env, root)
@@ -215,10 +210,7 @@ def noop_apply(rounds: int, work: Path) -> None:
     finally:
         if launched:  # the timed part failed: take it down by name
             subprocess.run([*ORCHESTRATE, "down", name, "-y"], env=env, capture_output=True)
-        if sshd is not None:
-            sshd.close()
-        user.close()
-        shutil.rmtree(f"/tmp/{user.name}", ignore_errors=True)
+        network.close()
     report(f"no-op apply of a project of one live cluster vs no-op `up FILE` ({rounds} rounds, s)",
            results)
     median = statistics.median(results["apply"])

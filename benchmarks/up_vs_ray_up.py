@@ -2,19 +2,19 @@
 
     sudo .venv/bin/python benchmarks/up_vs_ray_up.py [--rounds 5] [--workers 0]
 
-The hosts are the test suite's (tests/cluster/machine.py): a unix user for the nodes and an sshd
-on loopback addresses, so a `local` cluster of a head (and `--workers` workers). By default the
-cluster is a head alone: what is compared is the launch itself, which is orchestrate's own
-overhead; how fast Ray's autoscaler then brings workers is the same on both sides. (With
-workers, `ray down` of a `local` cluster leaves the workers' Ray running and Ray's launcher then
-does not always start them again, so each round begins by killing every process of the nodes'
-user.) Each round, in alternating order:
+The hosts are the test suite's simulated machines (tests/cluster/hosts.py: network and PID
+namespaces, each with its own sshd), and the file is cluster_configs/local.yaml with their
+addresses: a `local` cluster of a head (and `--workers` workers). By default the cluster is a head
+alone: what is compared is the launch itself, which is orchestrate's own overhead; how fast Ray's
+autoscaler then brings workers is the same on both sides. (With workers, `ray down` of a `local`
+cluster leaves the workers' Ray running, so after each side every host is restarted.) Each round,
+in alternating order:
 - orchestrate: `orchestrate up FILE -y` from start to exit (it renders, preflights, runs `ray up`
   and returns once every node is alive), then `orchestrate down`;
 - ray: `ray up RENDERED -y` of the config orchestrate rendered (same token file mount, same start
   commands), then polling the dashboard every 0.5 s until every node is alive, as `orchestrate
   up` does; then `ray down`.
-After each side every process of the nodes' user is killed, so each `up` starts from bare hosts.
+After each side every host is restarted (all its processes killed), so each `up` starts bare.
 Prints min / median / max per side and the ratio of medians (target <= 1.05). Needs root.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from sides import ROOT, spread
 
 from orchestrator.cluster.health import probe
 from orchestrator.endpoint import Endpoint
-from tests.cluster.machine import NodeUser, Sshd, free_loopback_ips, local_cluster_config
+from tests.cluster.hosts import Network, local_cluster
 
 
 def timed(command: list[str], env: dict[str, str]) -> float:
@@ -64,19 +64,16 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0)
     args = parser.parse_args()
     if os.geteuid() != 0:
-        sys.exit("needs root: creates a unix user for the nodes and runs sshd on port 22")
+        sys.exit("needs root: makes network and PID namespaces for the hosts")
     import yaml
 
     work = Path(tempfile.mkdtemp(prefix="orc-bench-up-"))
-    work.chmod(0o755)
-    user = NodeUser.create()
-    sshd = None
+    network = Network.create(work / "hosts", 1 + args.workers)
     try:
-        ips = free_loopback_ips(1 + args.workers)
-        sshd = Sshd.start(ips, work / "sshd", user)
+        ips = [host.ip for host in network.hosts]
         name = "bench-up"
         file = work / "cluster.yaml"
-        file.write_text(yaml.safe_dump(local_cluster_config(name, ips, user, sshd.client_key)))
+        file.write_text(yaml.safe_dump(local_cluster(name, network)))
         home = work / "home"
         env = dict(os.environ, ORCHESTRATE_HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
         orchestrate = [sys.executable, "-m", "orchestrator"]
@@ -101,8 +98,9 @@ def main() -> None:
         def clean() -> None:
             """Every side starts from hosts without Ray: `ray down` of a `local` cluster leaves
             the workers' Ray running (orchestrate's `down` stops them over SSH)."""
-            user.kill_all()
-            shutil.rmtree(f"/tmp/{user.name}", ignore_errors=True)
+            for host in network.hosts:
+                host.kill()
+                host.start()
 
         def raw_up() -> float:
             start = time.monotonic()
@@ -127,10 +125,7 @@ def main() -> None:
             print(f"round {i}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in results.items()),
                   flush=True)
     finally:
-        if sshd is not None:
-            sshd.close()
-        user.close()
-        shutil.rmtree(f"/tmp/{user.name}", ignore_errors=True)
+        network.close()
     print(f"\nfresh up of a head and {args.workers} workers ({args.rounds} rounds):")
     for side, values in results.items():
         print(f"  {side:<12} {spread(values)}")

@@ -16,7 +16,12 @@ from typing import Any, Literal, TypedDict, cast
 CONFIG_ENV = "ORCHESTRATE_EXPERIMENT"
 CONFIG_VERSION = 1
 WORKLOAD_MODULE = "orchestrator.workload"
-ENTRYPOINT = f"python -m {WORKLOAD_MODULE}"
+# The job runs under the Python that Ray itself runs with: the one the `ray` command's shebang
+# names. A login shell may put another `python` first (pyenv shims in ~/.bashrc), one without Ray.
+RAY_PYTHON = ('ray_python=$(sed -n "1s/^#![[:space:]]*//p" "$(command -v ray)" 2>/dev/null); '
+              'case "$ray_python" in ""|*/sh|*/bash) ray_python=python;; esac; ')
+ENTRYPOINT = RAY_PYTHON + f"exec $ray_python -m {WORKLOAD_MODULE}"
+WORKER_SETUP = f"{WORKLOAD_MODULE}.network.setup"   # runtime_env worker_process_setup_hook
 EPOCH_MARK = "ORCHESTRATE_EPOCH "
 RESULT_MARK = "ORCHESTRATE_RESULT "
 RESULTS_FOLDER = "orchestrate"

@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v rsync >/dev/null 2>&1 || need_apt+=(rsync)
+# The simulated hosts of the cluster tests: network namespaces and veth (iproute2), PID and mount
+# namespaces (util-linux's unshare and nsenter).
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
+command -v nsenter >/dev/null 2>&1 || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         export DEBIAN_FRONTEND=noninteractive

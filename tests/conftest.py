@@ -56,3 +56,35 @@ def state():
 
     return State.here()
 
+
+
+# What the suite may start: Ray's daemons, sshds of the test hosts, moto's server, `ray up`.
+STARTED_BY_TESTS = (r"raylet|gcs_server|dashboard/agent|sshd -D -e -f|moto\.server|"
+                    r"ray\.scripts\.scripts (up|down)")
+
+
+def _running(pattern: str) -> set[int]:
+    import subprocess
+
+    done = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return {int(pid) for pid in done.stdout.split()} - {os.getpid()}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _leaves_nothing_behind():
+    """After the whole suite: no process it started is still running (a Ray, an sshd, moto, a
+    `ray up`) and no network namespace or link of the test hosts is left. What ran before the
+    suite (a developer's own Ray) is not counted."""
+    import time
+
+    from tests.cluster.hosts import leftovers
+
+    root = os.geteuid() == 0
+    before, names_before = _running(STARTED_BY_TESTS), set(leftovers() if root else [])
+    yield
+    deadline = time.monotonic() + 60   # Ray's processes take a few seconds to exit
+    while (left := _running(STARTED_BY_TESTS) - before) and time.monotonic() < deadline:
+        time.sleep(1)
+    names = sorted(set(leftovers() if root else []) - names_before)
+    assert not left and not names, (
+        f"the suite left processes {sorted(left)} and namespaces/links {names}")

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from .. import providers
 from ..endpoint import open_cluster
@@ -105,7 +105,9 @@ def up(spec: ClusterSpec, state: State, backend: ClusterBackend, options: UpOpti
             return UpResult(recorded.record, plan, live)
         if options.preflight:
             try:
-                providers.ensure_ready(spec)
+                for result in providers.ensure_ready(spec):
+                    if result.status == providers.WARN:
+                        progress(f"warning: {providers.described(spec, result)}")
             except BaseException:
                 if recorded is None:  # leave no trace of a cluster that never started
                     state.store.forget_cluster(spec.name)
@@ -165,7 +167,7 @@ def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | Non
     record.address = None if record.tunneled else \
         f"http://{record.head_ip}:{record.dashboard_port}"
     state.store.write_cluster(record)
-    health = _wait_nodes(record, rendered.expected_nodes, state, options.wait_timeout,
+    health = _wait_nodes(record, rendered, state, options.wait_timeout,
                          progress) if options.wait else None
     return UpResult(record, plan, health)
 
@@ -209,17 +211,19 @@ def _down(record: ClusterRecord, state: State, backend: ClusterBackend, progress
         state.secrets.remove(cluster_key(name))
 
 
-def _wait_nodes(record: ClusterRecord, expected: int, state: State, timeout: float,
+def _wait_nodes(record: ClusterRecord, rendered: RenderedCluster, state: State, timeout: float,
                 progress: Progress) -> Health:
-    seen, error = -1, ""
+    expected = rendered.expected_nodes
+    seen, error, last = -1, "", None
     with open_cluster(record, state, timeout=60) as endpoint:
         def enough() -> Health | None:
-            nonlocal seen, error
+            nonlocal seen, error, last
             try:
                 health, error = probe(endpoint), ""
             except ClusterError as exc:
                 error = exc.message
                 return None
+            last = health
             if health.nodes_alive != seen:
                 seen = health.nodes_alive
                 progress(f"  {seen}/{expected} nodes alive")
@@ -228,13 +232,33 @@ def _wait_nodes(record: ClusterRecord, expected: int, state: State, timeout: flo
         health = poll(enough, timeout=timeout, interval=0.5)  # two small GETs to the head
     if health is not None:
         return health
-    message = (f"only {max(seen, 0)} of {expected} nodes joined within {timeout:.0f} s"
+    missing = _not_joined(rendered.config, last)
+    message = (f"partial: only {max(seen, 0)} of {expected} nodes joined within {timeout:.0f} s"
+               + (f"; not joined: {', '.join(missing)}" if missing else "")
                + (f" ({error})" if error else ""))
     record.message = message
     state.store.write_cluster(record)
     raise ClusterError(f"cluster {record.name} is up but {message}",
-                       hint="see `orchestrate status`; the head's autoscaler log is "
-                            "/tmp/ray/session_latest/logs/monitor.* on the head")
+                       hint=f"check {'those hosts' if missing else 'the nodes'}, then `orchestrate up` "
+                            f"again, or `orchestrate down {record.name}`; the head's autoscaler log "
+                            "is /tmp/ray/session_latest/logs/monitor.* on the head")
+
+
+def _not_joined(config: dict[str, Any], health: Health | None) -> list[str]:
+    """The hosts a file names (on-premise clusters) that are not among the alive nodes."""
+    import socket
+
+    provider = config.get("provider") or {}
+    hosts = [str(h) for h in [provider.get("head_ip"), *(provider.get("worker_ips") or [])] if h]
+    joined = set(health.node_ips if health else ())
+
+    def address(host: str) -> str:
+        try:
+            return socket.gethostbyname(host)
+        except OSError:
+            return host
+
+    return [host for host in hosts if address(host) not in joined]
 
 
 def _fail(record: ClusterRecord, state: State, new_state: str, message: str) -> None:

@@ -20,7 +20,7 @@ from typing import IO
 from .. import providers
 from ..errors import ClusterError
 from ..state import State, cluster_key
-from ..util.processes import ray_command, stop_child_group
+from ..util.processes import dies_with_parent, ray_command, stop_child_group
 from . import local_nodes
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -66,6 +66,7 @@ def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: flo
             ray_command(*args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, env=environment, text=True, errors="replace",
             start_new_session=True,  # our own Ctrl-C handling stops it; the terminal's does not
+            preexec_fn=dies_with_parent(),  # noqa: PLW1509 - one C call in the child
         )
         reader = threading.Thread(target=_pump, daemon=True,
                                   args=(process, log, lines, progress, secrets))

@@ -42,6 +42,9 @@ def mend(scratch: Path, name: str, config_file: Path, *, for_teardown: bool) -> 
         path.unlink()
         return True
     provider: dict[str, Any] = yaml.safe_load(config_file.read_text())["provider"]
+    if not provider.get("head_ip"):   # a coordinator hands out the hosts: nothing to list here
+        path.unlink()
+        return True
     nodes = {ip: {"tags": {"ray-node-type": "worker"}, "state": "running"}
              for ip in provider.get("worker_ips") or []}
     nodes[provider["head_ip"]] = {"tags": {"ray-node-type": "head"}, "state": "running"}

@@ -18,6 +18,8 @@ from ..util.waiting import poll
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 NO_AGENT = "No available agent to submit job"   # Ray's 500 while its job agent starts
 AGENT_WAIT = 60.0
+PROBE_EVERY = 5.0     # seconds between checks that the head still answers while following
+LOST_AFTER = 30.0     # seconds of silence from the head before following gives up
 T = TypeVar("T")
 
 
@@ -75,7 +77,11 @@ class JobsClient:
         return self._call(self._client.list_jobs)
 
     def follow(self, job_id: str, on_line: Callable[[str], None]) -> str:
-        """Stream the job's log lines to `on_line` until it ends; returns its final status."""
+        """Stream the job's log lines to `on_line` until it ends; returns its final status.
+
+        A head that stops answering (a dead machine sends no reset: the log stream just goes
+        quiet) is noticed by a probe every PROBE_EVERY seconds; after LOST_AFTER seconds of
+        silence this raises JobError instead of waiting forever."""
         async def tail() -> None:
             pending = ""
             async for chunk in self._client.tail_job_logs(job_id):
@@ -86,17 +92,52 @@ class JobsClient:
             if pending:
                 on_line(pending)
 
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(PROBE_EVERY)
+                await asyncio.to_thread(self._check_alive)
+
+        async def both() -> None:
+            tasks = [asyncio.ensure_future(tail()), asyncio.ensure_future(watch())]
+            try:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in tasks:
+                    task.cancel()
+            for task in done:
+                task.result()
+
         try:
-            asyncio.run(tail())
-        except KeyboardInterrupt:
+            asyncio.run(both())
+        except (KeyboardInterrupt, JobError):
             raise
         except Exception as exc:  # noqa: BLE001 - the stream broke; the job may still be fine
+            self._check_alive()
             if self.status(job_id) not in TERMINAL:
                 self._call(_raise, exc)
         return self._wait(job_id)
 
+    def _check_alive(self) -> None:
+        """Return once the head answers; JobError if it has not for LOST_AFTER seconds."""
+        from ..util.http import HttpError, get_json
+
+        def answers() -> bool | None:
+            try:
+                get_json(self.endpoint.address, "/api/version", self.endpoint.token,
+                         timeout=PROBE_EVERY)
+            except HttpError as exc:
+                return True if exc.status is not None else None   # it answered, with an error
+            return True
+
+        if poll(answers, timeout=LOST_AFTER, interval=1) is None:
+            raise JobError(f"lost {self.endpoint.label}: its head at {self.endpoint.address} "
+                           f"has not answered for {LOST_AFTER:.0f} s",
+                           hint="the cluster is unreachable (see `orchestrate status`); the job "
+                                "may still be running there if the head comes back")
+
     def _wait(self, job_id: str) -> str:
         def ended() -> str | None:
+            self._check_alive()
             status = self.status(job_id)
             return status if status in TERMINAL else None
 

@@ -133,7 +133,8 @@ def runtime_env(encoded: str, working_dir: Path | None, shipped: WorkingDir | No
     if working_dir is not None and shipped is not None:
         env.update(working_dir=str(working_dir), excludes=list(shipped.excludes))
     env.update(py_modules=[package_dir()],
-               env_vars={contract.CONFIG_ENV: encoded, "RAY_USAGE_STATS_ENABLED": "0"})
+               env_vars={contract.CONFIG_ENV: encoded, "RAY_USAGE_STATS_ENABLED": "0"},
+               worker_process_setup_hook=contract.WORKER_SETUP)
     return env
 
 

@@ -34,8 +34,9 @@ def ssh_command(auth: Mapping[str, Any], host: str, *, connect_timeout: int = 10
 
 
 def run(auth: Mapping[str, Any], host: str, remote: str, *, timeout: float,
-        connect_timeout: int | None = None, login_shell: bool = True) -> None:
-    """Run `remote` on `host`; raise SshError (one line: why) unless it exits 0.
+        connect_timeout: int | None = None, login_shell: bool = True) -> str:
+    """Run `remote` on `host` and return what it printed; raise SshError (one line: why) unless
+    it exits 0.
 
     With `login_shell` it runs in `bash --login -i` as Ray's commands do, so PATH matches
     theirs. `remote` is one command line, quoted here as a whole: any value interpolated into it
@@ -55,3 +56,4 @@ def run(auth: Mapping[str, Any], host: str, remote: str, *, timeout: float,
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         raise SshError(lines[-1].strip() if lines else f"ssh exited with {done.returncode}")
+    return done.stdout

@@ -19,6 +19,8 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001 - the job's log is where the traceback belongs
         traceback.print_exc()
         error = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        if isinstance(exc, ModuleNotFoundError):   # name the interpreter that lacks it
+            error += f" (in {sys.executable}, the Python the job runs under)"
         print(contract.result_line({"status": "FAILED", "error": error}), flush=True)
         return 1
     print(f"orchestrate: done in {time.monotonic() - started:.1f} s "

@@ -1,18 +1,18 @@
-"""Fixtures for real clusters over real SSH on this host.
+"""Fixtures for real clusters over real SSH to simulated machines (tests/cluster/hosts.py).
 
-    ssh_cluster   (session) a running 3-node `local` cluster launched with `orchestrate up`:
+    ssh_cluster   (session) a running 3-host cluster launched with `orchestrate up` from
+                  cluster_configs/local.yaml itself, only its addresses and key filled in:
                   .address, .headers, .token, .name, .file, .env, .cli(...), .open()
-    make_machine  (session) factory: a fresh node user + sshd on 3 free loopback addresses
+    make_machine  (session) factory: 3 fresh hosts (network, PID and mount namespaces, own sshd)
 
-Each machine has its own unix user (so `ray stop` run by its nodes touches only them), its own
-sshd and keys, and is torn down (processes killed, user removed) even when a test fails.
+Each host runs Ray's default start commands as root, exactly as on real machines; everything is
+torn down (hosts killed, namespaces and links removed) even when a test fails.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -21,29 +21,55 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .machine import NodeUser, Sshd, free_loopback_ips, local_cluster_config
+from .hosts import Network, local_cluster
+
+SYSTEM_PYTHON = "/usr/bin/python3"   # Debian's: without Ray or pyarrow
 
 
 @dataclass
 class Machine:
+    """A few simulated hosts and the cluster files that reach them."""
+
     folder: Path
-    ips: list[str]
-    user: NodeUser
-    sshd: Sshd
+    network: Network
+
+    @property
+    def name(self) -> str:
+        return self.network.tag
+
+    @property
+    def ips(self) -> list[str]:
+        return [host.ip for host in self.network.hosts]
+
+    @property
+    def hosts(self):
+        return self.network.hosts
+
+    @property
+    def client_key(self) -> Path:
+        return self.network.client_key
+
+    def cluster_config(self, name: str) -> dict:
+        return local_cluster(name, self.network)
 
     def cluster_file(self, name: str, **overrides) -> Path:
-        config = local_cluster_config(name, self.ips, self.user, self.sshd.client_key)
+        config = self.cluster_config(name)
         config.update(overrides)
         path = self.folder / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
 
+    def ray_pids(self, pattern: str = "raylet|gcs_server|ray start|dashboard") -> set[str]:
+        """`host:pid` of every process matching `pattern` on any of the hosts."""
+        return {f"{host.name}:{pid}" for host in self.hosts for pid in host.pids(pattern)}
+
+    def accepted_logins(self) -> int:
+        """SSH logins accepted so far by all the hosts' sshds."""
+        return sum((host.folder / "sshd.log").read_text(errors="replace")
+                   .count("Accepted publickey") for host in self.hosts)
+
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.user.kill_all()
-        self.sshd.close()
-        self.user.close()
-        shutil.rmtree(f"/tmp/{self.user.name}", ignore_errors=True)
+        self.network.close()
 
 
 @dataclass
@@ -55,6 +81,7 @@ class ClusterHandle:
     home: Path
     machine: Machine
     env: dict = field(repr=False)
+    up_output: str = ""       # what `orchestrate up` printed on stderr
     address: str = ""
     token: str = field(default="", repr=False)
 
@@ -102,21 +129,14 @@ def cli_env(home: Path) -> dict:
 def make_machine(tmp_path_factory):
     if os.geteuid() != 0 or not Path("/usr/sbin/sshd").exists():
         if os.environ.get("CI"):  # scripts/setup.sh installs sshd and CI runs as root
-            pytest.fail("CI must run the SSH cluster tests: needs root and /usr/sbin/sshd")
-        pytest.skip("needs root and openssh-server: creates a unix user, runs sshd on :22")
+            pytest.fail("CI must run the SSH cluster tests: needs root (network and PID "
+                        "namespaces) and /usr/sbin/sshd")
+        pytest.skip("needs root and openssh-server: makes network namespaces, runs sshd in them")
     machines: list[Machine] = []
 
-    def make() -> Machine:
+    def make(count: int = 3, options: dict[int, dict] | None = None) -> Machine:
         folder = tmp_path_factory.mktemp("machine")
-        folder.chmod(0o755)
-        ips = free_loopback_ips(3)
-        user = NodeUser.create()
-        try:
-            sshd = Sshd.start(ips, folder / "sshd", user)
-        except BaseException:
-            user.close()
-            raise
-        machine = Machine(folder, ips, user, sshd)
+        machine = Machine(folder, Network.create(folder / "hosts", count, options))
         machines.append(machine)
         return machine
 
@@ -133,6 +153,7 @@ def launch(machine: Machine, home: Path, name: str, **overrides) -> ClusterHandl
     if done.returncode != 0:
         raise RuntimeError(f"orchestrate up failed ({done.returncode}):\n{done.stderr}")
     result = json.loads(done.stdout)
+    handle.up_output = done.stderr
     handle.address = result["address"]
     handle.token = (home / "secrets" / "clusters" / name).read_text().strip()
     return handle
@@ -145,10 +166,18 @@ def tear_down(handle: ClusterHandle) -> None:
 
 @pytest.fixture(scope="session")
 def ssh_cluster(make_machine, tmp_path_factory):
-    """A running local-provider cluster: head + 2 workers on loopback, token auth on."""
-    machine = make_machine()
+    """A running local-provider cluster: head + 2 workers on simulated hosts, token auth on.
+
+    The hosts are as found in the wild: on the head, the login shell puts a `python` without
+    Ray first (as a pyenv `.bashrc` does); the head's and the first worker's hostnames resolve to
+    127.0.1.1 (Debian's default /etc/hosts line), the last worker's to its own address."""
+    shims = tmp_path_factory.mktemp("shims")
+    for name in ("python", "python3"):
+        (shims / name).symlink_to(SYSTEM_PYTHON)
+    machine = make_machine(options={1: {"python_first": shims, "hostname_resolves_to": "127.0.1.1"},
+                                    2: {"hostname_resolves_to": "127.0.1.1"}})
     home = tmp_path_factory.mktemp("orchestrate-home")
-    name = f"t-{machine.user.name}"
+    name = f"t-{machine.name}"
     handle = None
     try:
         handle = launch(machine, home, name)

@@ -9,6 +9,8 @@ import urllib.request
 import pytest
 import yaml
 
+from orchestrator import contract
+
 from .conftest import launch, tear_down
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.ray]
@@ -37,13 +39,14 @@ def http_status(url: str, headers: dict | None = None) -> int:
         return exc.code
 
 
-COUNT_NODES = ("python -c \"import ray; ray.init(); "
-               "print('alive nodes:', sum(n['Alive'] for n in ray.nodes()))\"")
+# Under Ray's own Python: the head's login shell finds another `python` first (see ssh_cluster).
+COUNT_NODES = contract.RAY_PYTHON + ("exec $ray_python -c \"import ray; ray.init(); "
+                                     "print('alive nodes:', sum(n['Alive'] for n in ray.nodes()))\"")
 
 
 def test_up_use_up_again_change_down(make_machine, tmp_path):
     machine = make_machine()
-    handle = launch(machine, tmp_path / "home", f"e2e-{machine.user.name}")
+    handle = launch(machine, tmp_path / "home", f"e2e-{machine.name}")
     try:
         # Three nodes on three addresses, all alive.
         status = json.loads(handle.cli("status", "--format", "json").stdout)
@@ -64,25 +67,25 @@ def test_up_use_up_again_change_down(make_machine, tmp_path):
             assert http_status(handle.address + path, {"Authorization": "Bearer nope"}) == 403
 
         # `up` again on the unchanged file: nothing touched, no SSH login, same Ray processes.
-        pids, logins = machine.user.ray_pids(), machine.sshd.accepted_logins()
+        pids, logins = machine.ray_pids(), machine.accepted_logins()
         again = handle.cli("up", str(handle.file), "-y", "--format", "json")
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["action"] == "unchanged"
-        assert machine.sshd.accepted_logins() == logins
-        assert machine.user.ray_pids() == pids
+        assert machine.accepted_logins() == logins
+        assert machine.ray_pids() == pids
 
         # A change of autoscaling settings only: applied with --no-restart, Ray keeps running.
         config = yaml.safe_load(handle.file.read_text())
         config["idle_timeout_minutes"] = 9
         handle.file.write_text(yaml.safe_dump(config))
-        gcs = machine.user.ray_pids("gcs_server")
+        gcs = machine.ray_pids("gcs_server")
         changed = handle.cli("up", str(handle.file), "-y", "--format", "json")
         assert changed.returncode == 0, changed.stderr
         result = json.loads(changed.stdout)
         assert result["action"] == "updated"
-        assert result["changes"] == ["~ idle_timeout_minutes"]
+        assert result["changes"] == ["+ idle_timeout_minutes"]   # not in local.yaml before
         assert "--no-restart" in changed.stderr
-        assert machine.user.ray_pids("gcs_server") == gcs
+        assert machine.ray_pids("gcs_server") == gcs
         assert result["health"]["session"] == live["session"]
 
         # Secrets never show up in what we print or log.
@@ -95,7 +98,7 @@ def test_up_use_up_again_change_down(make_machine, tmp_path):
     assert down.returncode == 0, down.stderr
     assert handle.record() is None
     assert not (handle.home / "clusters" / handle.name).exists()
-    assert wait_until(lambda: not machine.user.ray_pids("ray|gcs_server|raylet"), 30), \
+    assert wait_until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), 30), \
         "Ray processes of the cluster are still running after down"
 
 
@@ -114,15 +117,12 @@ def test_moving_the_head_replaces_the_cluster(make_machine, tmp_path):
     so no Ray is left on the old head."""
     machine = make_machine()
     first, second, third = machine.ips
-    handle = launch(machine, tmp_path / "home", f"mv-{machine.user.name}")
+    handle = launch(machine, tmp_path / "home", f"mv-{machine.name}")
     try:
-        old_gcs = machine.user.ray_pids("gcs_server")
+        old_gcs = machine.ray_pids("gcs_server")
         assert len(old_gcs) == 1
         config = yaml.safe_load(handle.file.read_text())
         config["provider"].update(head_ip=second, worker_ips=[first, third])
-        config["worker_start_ray_commands"] = [
-            command.replace(f"--address={first}:", "--address=$RAY_HEAD_IP:")
-            for command in config["worker_start_ray_commands"]]
         handle.file.write_text(yaml.safe_dump(config))
 
         moved = handle.cli("up", str(handle.file), "-y", "--format", "json")
@@ -134,7 +134,7 @@ def test_moving_the_head_replaces_the_cluster(make_machine, tmp_path):
         assert "tearing down cluster" in moved.stderr
         assert result["head_ip"] == second and result["address"].startswith(f"http://{second}:")
         assert result["health"]["nodes_alive"] == 3
-        new_gcs = machine.user.ray_pids("gcs_server")
+        new_gcs = machine.ray_pids("gcs_server")
         assert len(new_gcs) == 1 and not new_gcs & old_gcs  # the old head's Ray is gone
 
         status = json.loads(handle.cli("status", "--format", "json").stdout)[0]
@@ -143,7 +143,7 @@ def test_moving_the_head_replaces_the_cluster(make_machine, tmp_path):
     finally:
         tear_down(handle)
     assert handle.record() is None
-    assert wait_until(lambda: not machine.user.ray_pids("ray|gcs_server|raylet"), 30), \
+    assert wait_until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), 30), \
         "Ray processes of the cluster are still running after down"
 
 
@@ -159,37 +159,33 @@ def wait_until(predicate, timeout: float) -> bool:
 __all__ = ["submit_and_wait", "tear_down", "wait_until"]
 
 
-def test_ssh_forward_reaches_a_loopback_only_port_on_the_head(ssh_cluster):
+def test_ssh_forward_reaches_a_loopback_only_port_on_the_head(ssh_cluster, tmp_path):
     """The cloud path: a dashboard bound to the head's 127.0.0.1 is reached via `ssh -L`."""
-    import http.server
-    import threading
+    import sys
 
     from orchestrator.endpoint import forward
+    from orchestrator.util.ports import free_port
 
-    class Hello(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"hello from the head's loopback")
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Hello)  # this host is the "head"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    (tmp_path / "hello").write_text("hello from the head's loopback")
     machine = ssh_cluster.machine
-    auth = {"ssh_user": machine.user.name, "ssh_private_key": str(machine.sshd.client_key)}
-    logins = machine.sshd.accepted_logins()
+    head = machine.hosts[0]
+    port_on_head = free_port()   # free here; the head's loopback is its own and as empty
+    server = head.spawn(sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                        "--directory", str(tmp_path), str(port_on_head))
+    auth = {"ssh_user": "root", "ssh_private_key": str(machine.client_key)}
     try:
-        with forward(auth, machine.ips[0], server.server_port, timeout=20) as port, \
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
+        assert wait_until(lambda: head.in_host(
+            f"exec 3<>/dev/tcp/127.0.0.1/{port_on_head}", shell=True, check=False).returncode == 0, 20)
+        assert http_status_or_none(f"http://{head.ip}:{port_on_head}/hello") is None  # not outside
+        logins = machine.accepted_logins()
+        with forward(auth, head.ip, port_on_head, timeout=20) as port, \
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/hello", timeout=10) as response:
             assert response.read() == b"hello from the head's loopback"
-        assert machine.sshd.accepted_logins() == logins + 1
+        assert machine.accepted_logins() == logins + 1
         assert wait_until(lambda: http_status_or_none(f"http://127.0.0.1:{port}/") is None, 10)
     finally:
-        server.shutdown()
-        server.server_close()
+        server.terminate()
+        server.wait(10)
 
 
 def http_status_or_none(url: str):

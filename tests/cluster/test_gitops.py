@@ -100,7 +100,7 @@ def test_two_runners_share_one_project(make_machine, moto_server, tmp_path, monk
     (root / "orchestrate.yaml").write_text(yaml.safe_dump({
         "project": "ml", "include": ["clusters/*.yaml", "experiments/*.yaml"],
         "state": f"s3://{BUCKET}/{PREFIX}", "secrets": "aws-sm://orc/ml/"}))
-    name = f"g-{machine.user.name}"
+    name = f"g-{machine.name}"
     cluster = root / "clusters" / "c.yaml"
     shutil.copy(machine.cluster_file(name), cluster)
     seen: list[str] = []
@@ -133,12 +133,12 @@ def test_two_runners_share_one_project(make_machine, moto_server, tmp_path, monk
         assert state(s3)["serial"] == serial
 
         # B plans with nothing of its own: no changes, and it starts nothing.
-        gcs = machine.user.ray_pids("gcs_server")
+        gcs = machine.ray_pids("gcs_server")
         done = b("plan", "--detailed-exitcode")
         assert "No changes" in done.stdout
         assert not (b.home / "clusters").exists()                  # no cluster checked out,
         assert not (b.home / "local-ray" / "record.json").exists()  # no local Ray started
-        assert machine.user.ray_pids("gcs_server") == gcs
+        assert machine.ray_pids("gcs_server") == gcs
 
         # A change of max_workers is an update, applied by B without restarting Ray.
         edit(cluster, max_workers=1, min_workers=1)
@@ -147,7 +147,7 @@ def test_two_runners_share_one_project(make_machine, moto_server, tmp_path, monk
         assert b("plan", "--detailed-exitcode", ok=None).returncode == 2
         serial = state(s3)["serial"]
         b("apply", "-y")
-        assert machine.user.ray_pids("gcs_server") == gcs
+        assert machine.ray_pids("gcs_server") == gcs
         assert state(s3)["serial"] == serial + 1
         assert a("plan", "--detailed-exitcode").returncode == 0  # A sees B's apply
 
@@ -201,7 +201,7 @@ def test_two_runners_share_one_project(make_machine, moto_server, tmp_path, monk
         assert f"cluster/{name}" in state(s3)["resources"]
         a("apply", "-y", "--allow-destructive")
         assert sorted(state(s3)["resources"]) == ["experiment/first"]
-        assert wait_until(lambda: not machine.user.ray_pids("ray|gcs_server|raylet"), 60)
+        assert wait_until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), 60)
 
         # The token was never printed, logged, or written into state or plans.
         files = [saved, *a.home.rglob("*.log"), *b.home.rglob("*.log")]

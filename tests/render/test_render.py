@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator import contract
 from orchestrator.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,7 +90,7 @@ def test_cloud_dashboard_binds_to_loopback(capsys):
 
 def test_render_experiment_shows_the_job(capsys):
     plan = json.loads(render(REPO / "experiments/quickstart.yaml", capsys, "json"))
-    assert plan["entrypoint"] == "python -m orchestrator.workload"
+    assert plan["entrypoint"] == contract.ENTRYPOINT
     assert plan["runtime_env"]["working_dir"] == str(REPO / "experiments")
     assert plan["config"]["datasets"]["train"]["path"] == "data/breast_cancer_train.csv"
     assert plan["config"]["scaling_config"]["num_workers"] == 2

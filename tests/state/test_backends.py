@@ -22,7 +22,6 @@ from orchestrator.errors import StateConflict, StateError, StateLocked, Terminat
 from orchestrator.state.backend_file import FileBackend
 from orchestrator.state.backend_s3 import S3Backend
 from orchestrator.state.backends import LockInfo, locked, open_backend
-from orchestrator.util.waiting import until
 
 from ..moto_server import aws_env, client, make_bucket, moto_server  # noqa: F401 - fixtures
 from ..processes import stop
@@ -239,16 +238,17 @@ def _hold(url: str, timeout: float = 0) -> subprocess.Popen:
 def test_sigterm_releases_the_lock(backend, url):
     child = _hold(url)
     try:
-        assert until(lambda: backend.holder() is not None or child.poll() is not None,
-                     timeout=60, interval=0.1)
+        # Signalled once it says it holds the lock (not merely once the lock exists: a signal
+        # between the two would leave nothing to show that it was held).
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "held", child.communicate()
         holder = backend.holder()
-        assert holder is not None and holder.pid == child.pid, child.communicate()
+        assert holder is not None and holder.pid == child.pid
         child.send_signal(signal.SIGTERM)
-        out, err = child.communicate(timeout=60)
+        _, err = child.communicate(timeout=60)
     finally:
         stop(child)
     assert child.returncode == 143, err
-    assert "held" in out
     assert backend.holder() is None and raw_lock(backend) is None
 
 

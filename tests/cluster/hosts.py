@@ -1,0 +1,294 @@
+"""Simulated machines: each host is a network namespace with its own address on a bridge the test
+made, its own PID namespace (its `ray stop` sees only its own processes), a private `/tmp/ray`,
+`/dev/shm` and home folder, its own hostname and `/etc/hosts`, and its own sshd that lets root in
+with a key made for the test. The cluster file is then written exactly as a user writes it.
+
+Traffic goes only to these namespaces (10.x addresses on the test's bridge) and loopback. A host
+can be killed (every process in it, as when a machine loses power), cut off the network and
+restored, and started again. `Network.close()` removes everything the helper made.
+
+Needs root (CI runs as root); without it `Network.create` raises, and the fixture fails with the
+reason in CI instead of skipping.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.processes import stop
+
+PREFIX = "orh"   # every bridge, veth and namespace the helper makes starts with this
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), check=check, capture_output=True, text=True)
+
+
+def _free_subnet() -> str:
+    """A 10.a.b.0/24 no interface of this machine uses: '10.a.b'."""
+    used = sh("ip", "-4", "-o", "addr").stdout
+    rng = random.SystemRandom()
+    for _ in range(100):
+        base = f"10.{rng.randint(100, 250)}.{rng.randint(1, 250)}"
+        if f" {base}." not in used:
+            return base
+    raise RuntimeError("no free 10.x.y.0/24 subnet")
+
+
+def _venv_bin() -> Path:
+    return Path(sys.executable).parent
+
+
+@dataclass
+class Host:
+    """One simulated machine. `ip` is its address; `name` its hostname and netns name."""
+
+    network: Network
+    index: int
+    name: str
+    ip: str
+    folder: Path
+    hostname_resolves_to: str = ""     # what the host's /etc/hosts maps its own name to
+    python_first: Path | None = None   # a folder put ahead of Ray's on the login shell's PATH
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+    @property
+    def veth(self) -> str:
+        return f"{self.network.tag}v{self.index}"
+
+    # -- life ---------------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        home = self.folder / "home"
+        (self.folder / "tmp-ray").mkdir(parents=True, exist_ok=True)
+        home.mkdir(parents=True, exist_ok=True)
+        (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
+        # The login shell's PATH, as on a machine where Ray lives in a venv: the launcher runs
+        # `bash --login -c -i 'source ~/.bashrc; ...'`, so this is what Ray's commands see.
+        path = f"{_venv_bin()}:$PATH"
+        if self.python_first is not None:
+            path = f"{self.python_first}:{path}"
+        (home / ".bashrc").write_text(f'export PATH="{path}"\n')
+        (home / ".profile").write_text('[ -f ~/.bashrc ] && . ~/.bashrc\n')
+        resolves = self.hostname_resolves_to or self.ip
+        (self.folder / "hosts").write_text(
+            f"127.0.0.1 localhost\n{resolves} {self.name}\n")
+        (self.folder / "sshd_config").write_text("\n".join([
+            "ListenAddress 0.0.0.0:22",
+            f"HostKey {self.network.host_key}",
+            f"PidFile {self.folder / 'sshd.pid'}",
+            f"AuthorizedKeysFile {self.network.folder / 'authorized_keys'}",
+            "PermitRootLogin prohibit-password",
+            "StrictModes no",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PubkeyAuthentication yes",
+            "UsePAM no",
+            "LogLevel VERBOSE",
+            "MaxStartups 100",
+            "MaxSessions 100",
+            "AllowTcpForwarding yes",
+            "",
+        ]))
+
+    def start(self) -> None:
+        """Boot the host: a fresh PID and mount namespace in its netns, with sshd as its init."""
+        self._prepare()
+        self.restore()
+        home = self.folder / "home"
+        binds = []
+        # The venv's python may live under /root (pyenv): keep it visible under the new home.
+        real_root = Path("/root").resolve()
+        for path in {Path(sys.base_prefix), Path(sys.prefix)}:
+            if real_root in path.parents:
+                top = real_root / path.relative_to(real_root).parts[0]
+                (home / top.name).mkdir(exist_ok=True)
+                binds.append(f"mount --rbind {top} {home / top.name}")
+        script = "; ".join([
+            "set -e",
+            f"hostname {self.name}",
+            "mount --make-rprivate /",
+            "mount -t tmpfs tmpfs /dev/shm",   # half the RAM at most, as a real /dev/shm
+            "mkdir -p /tmp/ray",
+            f"mount --bind {self.folder / 'tmp-ray'} /tmp/ray",
+            f"mount --bind {self.folder / 'hosts'} /etc/hosts",
+            *binds,
+            f"mount --rbind {home} /root",
+            f"exec /usr/sbin/sshd -D -e -f {self.folder / 'sshd_config'}",
+        ])
+        with open(self.folder / "sshd.log", "ab") as log:
+            self.process = subprocess.Popen(
+                ["ip", "netns", "exec", self.name, "unshare", "--pid", "--fork", "--kill-child",
+                 "--mount", "--uts", "--mount-proc", "--propagation", "private",
+                 "sh", "-c", script],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"host {self.name} did not boot: "
+                                   f"{(self.folder / 'sshd.log').read_text()}")
+            if self.init_pid() is not None and self.in_host(
+                    "exec 3<>/dev/tcp/127.0.0.1/22", shell=True, check=False).returncode == 0:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"sshd of host {self.name} did not start listening")
+
+    def init_pid(self) -> int | None:
+        """This host's PID 1, as the machine sees it (sshd), or None when the host is down."""
+        if self.process is None or self.process.poll() is not None:
+            return None
+        children = sh("pgrep", "-P", str(self.process.pid), check=False).stdout.split()
+        return int(children[0]) if children else None
+
+    def kill(self) -> None:
+        """Power loss: every process of the host dies at once (its PID 1 is SIGKILLed) and its
+        address stops answering, as a machine that is off (not even a TCP reset)."""
+        self.cut()
+        pid = self.init_pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        stop(self.process)
+        self.process = None
+
+    def cut(self) -> None:
+        """Pull the host's network cable (its link on the bridge goes down)."""
+        sh("ip", "link", "set", self.veth, "down")
+
+    def restore(self) -> None:
+        sh("ip", "link", "set", self.veth, "up")
+
+    # -- looking inside -----------------------------------------------------------------------
+    def in_host(self, *cmd: str, check: bool = True, shell: bool = False,
+                timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run a command inside the host (its network, PID and mount namespaces)."""
+        pid = self.init_pid()
+        if pid is None:
+            raise RuntimeError(f"host {self.name} is down")
+        args = ["nsenter", "-t", str(pid), "-n", "-p", "-m", "-u", "--"]
+        args += ["bash", "-c", cmd[0]] if shell else list(cmd)
+        return subprocess.run(args, check=check, capture_output=True, text=True, timeout=timeout)
+
+    def spawn(self, *cmd: str) -> subprocess.Popen:
+        """Start a command in the host's network and mount namespaces, in the background (the
+        caller stops it: it is our child, not in the host's PID namespace, so no fork between)."""
+        pid = self.init_pid()
+        if pid is None:
+            raise RuntimeError(f"host {self.name} is down")
+        return subprocess.Popen(["nsenter", "-t", str(pid), "-n", "-m", "-u", "--", *cmd],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    def pids(self, pattern: str = "raylet|gcs_server|ray start|dashboard") -> list[int]:
+        """Processes of this host whose command line matches `pattern` (pgrep -f)."""
+        if self.init_pid() is None:
+            return []
+        done = self.in_host("pgrep", "-f", pattern, check=False)
+        return [int(p) for p in done.stdout.split()]
+
+
+@dataclass
+class Network:
+    """A bridge, the hosts on it, and the key that logs in to them as root."""
+
+    folder: Path
+    tag: str
+    subnet: str
+    hosts: list[Host] = field(default_factory=list)
+    host_key: Path = field(init=False)
+    client_key: Path = field(init=False)
+
+    @property
+    def bridge(self) -> str:
+        return f"{self.tag}br"
+
+    @classmethod
+    def create(cls, folder: Path, count: int = 3,
+               options: dict[int, dict] | None = None) -> Network:
+        """`count` hosts; `options[i]` are Host fields for the i-th (from 1), e.g.
+        `python_first` or `hostname_resolves_to`."""
+        if os.geteuid() != 0:
+            raise RuntimeError("simulated hosts need root (network and PID namespaces)")
+        for tool in ("ip", "unshare", "nsenter", "/usr/sbin/sshd"):
+            if shutil.which(tool) is None:
+                raise RuntimeError(f"simulated hosts need {tool} (iproute2, util-linux, "
+                                   "openssh-server)")
+        folder.mkdir(parents=True, exist_ok=True)
+        network = cls(folder=folder, tag=f"{PREFIX}{random.SystemRandom().randrange(16**4):04x}",
+                      subnet=_free_subnet())
+        try:
+            network._make(count, options or {})
+        except BaseException:
+            network.close()
+            raise
+        return network
+
+    def _make(self, count: int, host_options: dict) -> None:
+        self.host_key = self.folder / "host_key"
+        self.client_key = self.folder / "client_key"
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_key))
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key))
+        shutil.copy(self.folder / "client_key.pub", self.folder / "authorized_keys")
+        Path("/run/sshd").mkdir(exist_ok=True)
+        sh("ip", "link", "add", self.bridge, "type", "bridge")
+        sh("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
+        sh("ip", "link", "set", self.bridge, "up")
+        for index in range(1, count + 1):
+            self.add_host(**host_options.get(index, {}))
+
+    def add_host(self, **options) -> Host:
+        index = len(self.hosts) + 1
+        host = Host(network=self, index=index, name=f"{self.tag}h{index}",
+                    ip=f"{self.subnet}.{10 + index}", folder=self.folder / f"h{index}", **options)
+        self.hosts.append(host)
+        sh("ip", "netns", "add", host.name)
+        sh("ip", "link", "add", host.veth, "type", "veth", "peer", "name", "eth0",
+           "netns", host.name)
+        sh("ip", "link", "set", host.veth, "master", self.bridge, "up")
+        inside = ["ip", "netns", "exec", host.name]
+        sh(*inside, "ip", "addr", "add", f"{host.ip}/24", "dev", "eth0")
+        sh(*inside, "ip", "link", "set", "eth0", "up")
+        sh(*inside, "ip", "link", "set", "lo", "up")
+        sh(*inside, "ip", "route", "add", "default", "via", f"{self.subnet}.1")
+        host.start()
+        return host
+
+    def close(self) -> None:
+        for host in self.hosts:
+            with contextlib.suppress(Exception):
+                host.kill()
+        for host in self.hosts:
+            sh("ip", "link", "delete", host.veth, check=False)
+            sh("ip", "netns", "delete", host.name, check=False)
+        sh("ip", "link", "delete", self.bridge, check=False)
+
+
+def local_cluster(name: str, network: Network) -> dict:
+    """cluster_configs/local.yaml as a user adapts it to these hosts: name, addresses and key.
+    Nothing else changes: Ray's default start commands, `ssh_user: root`."""
+    import yaml
+
+    config = yaml.safe_load((REPO / "cluster_configs" / "local.yaml").read_text())
+    config["cluster_name"] = name
+    ips = [host.ip for host in network.hosts]
+    config["provider"].update(head_ip=ips[0], worker_ips=ips[1:])
+    config["auth"] = {"ssh_user": "root", "ssh_private_key": str(network.client_key)}
+    config["min_workers"] = config["max_workers"] = len(ips) - 1
+    return config
+
+
+def leftovers() -> list[str]:
+    """Namespaces and links of this helper that still exist (for the suite's leak check)."""
+    names = sh("ip", "netns", "list", check=False).stdout.split()
+    links = sh("ip", "-o", "link", check=False).stdout
+    found = [n for n in names if n.startswith(PREFIX)]
+    found += [part.split("@")[0].rstrip(":") for line in links.splitlines()
+              for part in line.split()[1:2] if part.startswith(PREFIX)]
+    return found

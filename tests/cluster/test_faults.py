@@ -1,0 +1,254 @@
+"""Real faults on simulated hosts (tests/cluster/hosts.py), each end to end with the user's own
+cluster file: machines that die or drop off the network while training, while `run` follows a
+job, during `up` and during `down`; `up` killed while it writes state, and two `up`s at once.
+
+One module-wide set of three hosts; each test leaves them running and reachable, with no cluster
+on them, for the next.
+"""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import cli_env, orchestrate
+from .test_e2e import wait_until
+
+pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.ray]
+
+DATA = Path(__file__).resolve().parents[2] / "experiments" / "data"
+
+
+@pytest.fixture(scope="module")
+def machine(make_machine):
+    return make_machine()
+
+
+@pytest.fixture
+def env(tmp_path, machine):
+    env = {**cli_env(tmp_path / "home"), "AUTOSCALER_NODE_START_WAIT_S": "15"}
+    yield env
+    # Whatever a test did to the hosts, the next one finds them all up and connected, and a
+    # test that failed before its own `down` leaves no cluster behind.
+    for host in machine.hosts:
+        if host.init_pid() is None:
+            host.start()
+        host.restore()
+    for record in sorted((tmp_path / "home" / "clusters").glob("*/record.json")):
+        orchestrate(env, "down", record.parent.name, "-y", timeout=300)
+
+
+def up(env, machine, name: str, *extra: str, **overrides) -> subprocess.CompletedProcess:
+    path = machine.cluster_file(name, **overrides)
+    return orchestrate(env, "up", str(path), "-y", "--skip-preflight", *extra, timeout=600)
+
+
+def status_of(env, name: str) -> dict:
+    done = orchestrate(env, "status", "--format", "json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = [row for row in json.loads(done.stdout) if row["name"] == name]
+    return rows[0] if rows else {}
+
+
+def experiment(tmp_path: Path, cluster: Path, name: str, *, epochs: int, max_failures: int) -> Path:
+    """An MLP run over a CSV big enough that an epoch takes seconds, one torch worker per host,
+    a checkpoint every epoch (the built-in loop reports one each epoch)."""
+    shared = tmp_path / "shared"
+    shared.mkdir(exist_ok=True)
+    lines = (DATA / "breast_cancer_train.csv").read_text().splitlines()
+    (shared / "train.csv").write_text("\n".join([lines[0], *lines[1:] * 60]) + "\n")
+    document = {
+        "name": name,
+        "cluster": str(cluster),
+        "trainer": "torch",
+        "model": {"name": "mlp", "hidden_dims": [64, 64], "num_classes": 2},
+        "datasets": {"train": {"format": "csv", "path": str(shared / "train.csv")},
+                     "valid": {"format": "csv", "path": str(DATA / "breast_cancer_valid.csv")}},
+        "label_column": "target",
+        "preprocessors": [{"type": "StandardScaler"}],
+        "train_loop_config": {"lr": 0.01, "epochs": epochs, "batch_size_per_worker": 16},
+        "scaling_config": {"num_workers": 3, "placement_strategy": "SPREAD",
+                           "resources_per_worker": {"CPU": 1}},
+        "run_config": {"storage_path": str(shared / "results"),
+                       "checkpoint_config": {"num_to_keep": 2},
+                       "failure_config": {"max_failures": max_failures}},
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+class Run:
+    """`orchestrate run` in the background, its stderr read line by line as it comes."""
+
+    def __init__(self, env, path: Path, *args: str) -> None:
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "run", str(path), "--format", "json", *args],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def epochs(self) -> list[int]:
+        """The epoch numbers `run` printed, in order (`» epoch 3  loss ...`)."""
+        found = (re.search(r"» .*\bepoch (\d+)", line) for line in list(self.lines))
+        return [int(match.group(1)) for match in found if match]
+
+    def wait(self, timeout: float) -> tuple[int, dict | None, str]:
+        try:
+            self.process.wait(timeout)   # not communicate(): the reader thread owns stderr
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+        stdout = self.process.stdout.read()   # one JSON document at the end, if any
+        self._reader.join(10)
+        try:
+            result = json.loads(stdout) if stdout.strip() else None
+        except json.JSONDecodeError:
+            result = None
+        return self.process.returncode, result, "\n".join(self.lines)
+
+
+def training(env, machine, tmp_path: Path, name: str, *, epochs: int, max_failures: int,
+             after: int) -> Run:
+    """`up` a cluster on the hosts and start `run` of an MLP on it; return once `after` epochs
+    have been shown (or the run ended)."""
+    assert up(env, machine, name).returncode == 0
+    run = Run(env, experiment(tmp_path, machine.folder / f"{name}.yaml", f"{name}-run",
+                              epochs=epochs, max_failures=max_failures))
+    assert wait_until(lambda: len(run.epochs()) >= after or run.process.poll() is not None, 300)
+    return run
+
+
+def test_a_worker_host_dies_mid_training_and_down_with_it_dead(machine, env, tmp_path):
+    name = f"die-{machine.name}"
+    run = training(env, machine, tmp_path, name, epochs=8, max_failures=2, after=2)
+    lost = machine.hosts[2]
+    lost.kill()
+    code, result, stderr = run.wait(600)
+    assert code == 0, stderr
+    assert result["status"] == "SUCCEEDED" and result["metrics"]["epoch"] == 8
+    # Training went on from the last checkpoint: no epoch was counted from 1 again, and every
+    # epoch was shown (the one the kill interrupted may show twice).
+    epochs = run.epochs()
+    assert epochs[0] == 1 and 1 not in epochs[1:], epochs
+    assert sorted(set(epochs)) == list(range(1, 9)), epochs
+    history = [row["epoch"] for row in json.loads(Path(result["history"]).read_text())]
+    assert history == epochs, (history, epochs)
+    live = status_of(env, name)["live"]
+    assert live["nodes_dead"] >= 1 and lost.ip not in live["node_ips"], live
+
+    # `down` while that host is still dead: it finishes in bounded time, says which host it
+    # could not reach, and leaves no Ray on the others.
+    started = time.monotonic()
+    done = orchestrate(env, "down", name, "-y", timeout=600)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert f"could not stop Ray on worker {lost.ip}" in done.stderr, done.stderr
+    assert took < 300, took
+    assert status_of(env, name) == {}
+    assert wait_until(lambda: not (machine.hosts[0].pids() or machine.hosts[1].pids()), 60)
+
+
+def test_a_worker_cut_off_the_network_fails_the_run_naming_it(machine, env, tmp_path):
+    name = f"cut-{machine.name}"
+    run = training(env, machine, tmp_path, name, epochs=30, max_failures=0, after=2)
+    cut = machine.hosts[1]
+    cut.cut()
+    try:
+        code, result, stderr = run.wait(300)
+    finally:
+        cut.restore()
+    assert code == 1 and result is None, stderr
+    # Ray's own account of the failure names the node that was lost, and `run` shows it.
+    assert "its node has died" in stderr and cut.ip in stderr, stderr
+    assert "orchestrate logs" in stderr   # where the whole log is
+
+
+def test_the_head_dies_while_run_follows(machine, env, tmp_path):
+    name = f"head-{machine.name}"
+    run = training(env, machine, tmp_path, name, epochs=200, max_failures=0, after=1)
+    head = machine.hosts[0]
+    head.kill()
+    killed = time.monotonic()
+    code, _, stderr = run.wait(120)
+    took = time.monotonic() - killed
+    assert code not in (0, None), (code, stderr)
+    assert "has not answered" in stderr and "unreachable" in stderr, (code, took, stderr)
+    assert took < 90, took   # bounded (30 s of silence plus probes), never a hang
+    status = status_of(env, name)
+    assert status["live"]["reachable"] is False
+    # `down` still stops Ray on the surviving hosts, in bounded time, and says what it could not.
+    done = orchestrate(env, "down", name, "-y", timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert wait_until(lambda: not (machine.hosts[1].pids() or machine.hosts[2].pids()), 60)
+    # With the head back, `up` brings the cluster back.
+    head.start()
+    again = up(env, machine, name, "--format", "json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["health"]["nodes_alive"] == 3
+    assert orchestrate(env, "down", name, "-y").returncode == 0
+
+
+def test_a_worker_unreachable_during_up(machine, env):
+    name = f"unr-{machine.name}"
+    off = machine.hosts[2]
+    off.cut()
+    started = time.monotonic()
+    done = up(env, machine, name, "--wait-timeout", "30")
+    assert time.monotonic() - started < 300
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "partial" in done.stderr and off.ip in done.stderr, done.stderr
+    record = status_of(env, name)
+    assert "partial" in (record.get("message") or "") and off.ip in record["message"], record
+    down = orchestrate(env, "down", name, "-y", timeout=600)
+    assert down.returncode == 0, down.stderr
+    assert wait_until(lambda: not any(h.pids() for h in machine.hosts[:2]), 60)
+
+
+def test_two_ups_at_once_and_up_killed_while_it_writes_state(machine, env):
+    name = f"two-{machine.name}"
+    path = machine.cluster_file(name)
+    command = [sys.executable, "-m", "orchestrator", "up", str(path), "-y", "--skip-preflight"]
+    first, second = (subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for _ in range(2))
+    outcomes = [p.communicate(timeout=600) + (p.returncode,) for p in (first, second)]
+    codes = sorted(code for _, _, code in outcomes)
+    assert codes == [0, 1], outcomes
+    (_, refused, _), = [o for o in outcomes if o[2] == 1]
+    assert "busy" in refused and "pid" in refused and "Traceback" not in refused, refused
+    assert status_of(env, name)["state"] == "up"
+    # SIGKILL at different moments of an `up` (a changed file: it re-renders, writes the
+    # record, runs `ray up`): whatever the moment, the state stays readable and true.
+    for delay in (0.5, 2.0, 5.0):
+        config = yaml.safe_load(path.read_text())
+        config["idle_timeout_minutes"] = int(delay * 10) + 1
+        path.write_text(yaml.safe_dump(config))
+        process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        record = status_of(env, name)
+        assert record["state"] in ("up", "launching", "interrupted"), record
+    # The lock a killed `up` held is not left to block the next one.
+    final = orchestrate(env, "up", str(path), "-y", "--skip-preflight", "--format", "json",
+                        timeout=600)
+    assert final.returncode == 0, final.stderr
+    assert status_of(env, name)["state"] == "up"
+    assert orchestrate(env, "down", name, "-y").returncode == 0
