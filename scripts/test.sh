@@ -7,4 +7,4 @@ bash scripts/setup.sh
 .venv/bin/ruff check orchestrator tests benchmarks scripts
 .venv/bin/mypy
 export AWS_EC2_METADATA_DISABLED=true NO_GCE_CHECK=true RAY_USAGE_STATS_ENABLED=0
-exec .venv/bin/python -m pytest -ra "$@"
+exec .venv/bin/python -m pytest -ra --durations=40 "$@"   # the slowest tests: what the suite costs

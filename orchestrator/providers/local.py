@@ -145,26 +145,30 @@ def launcher_env() -> dict[str, str]:
 
 
 def after_down(config: Config, progress: Progress) -> list[str]:
-    """`ray down` stops Ray on the head only; on-premise workers keep running without this."""
+    """`ray down` stops Ray on the head only, and not even there when the head never became
+    up-to-date (a failed `up`: Ray then finds no head to run `ray stop` on). So: every host."""
     from concurrent.futures import ThreadPoolExecutor
 
     from ..util import ssh
 
     auth = config.get("auth") or {}
-    workers = [str(ip) for ip in (config.get("provider") or {}).get("worker_ips") or []]
+    provider = config.get("provider") or {}
+    hosts = [(str(provider["head_ip"]), "the head")] if provider.get("head_ip") else []
+    hosts += [(str(ip), "worker") for ip in provider.get("worker_ips") or []]
 
-    def stop(ip: str) -> str | None:
+    def stop(host: tuple[str, str]) -> str | None:
+        ip, role = host
         try:
             # A worker the head's autoscaler was still starting may come up after the first
             # `ray stop`: end any `ray start` in flight, then stop again.
             ssh.run(auth, ip, 'ray stop; pkill -u "$(id -u)" -f "[r]ay start"; sleep 2; '
                               'ray stop', timeout=90)
         except ssh.SshError as exc:
-            return f"could not stop Ray on worker {ip}: {exc}"
+            return f"could not stop Ray on {role} {ip}: {exc}"
         return None
 
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(workers)))) as pool:
-        return [problem for problem in pool.map(stop, workers) if problem]
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
+        return [problem for problem in pool.map(stop, hosts) if problem]
 
 
 def credentials() -> CheckResult:
