@@ -12,6 +12,8 @@ command -v rsync >/dev/null 2>&1 || need_apt+=(rsync)
 # namespaces (util-linux's unshare and nsenter).
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || need_apt+=(util-linux)
+# A Python without Ray, put first on a test host's PATH as a pyenv .bashrc would (Debian's).
+[ -x /usr/bin/python3 ] || need_apt+=(python3)
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         export DEBIAN_FRONTEND=noninteractive

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from .. import providers
 from ..endpoint import open_cluster
@@ -232,7 +232,8 @@ def _wait_nodes(record: ClusterRecord, rendered: RenderedCluster, state: State, 
         health = poll(enough, timeout=timeout, interval=0.5)  # two small GETs to the head
     if health is not None:
         return health
-    missing = _not_joined(rendered.config, last)
+    missing = providers.get(rendered.provider).not_joined(rendered.config,
+                                                          last.node_ips if last else ())
     message = (f"partial: only {max(seen, 0)} of {expected} nodes joined within {timeout:.0f} s"
                + (f"; not joined: {', '.join(missing)}" if missing else "")
                + (f" ({error})" if error else ""))
@@ -242,23 +243,6 @@ def _wait_nodes(record: ClusterRecord, rendered: RenderedCluster, state: State, 
                        hint=f"check {'those hosts' if missing else 'the nodes'}, then `orchestrate up` "
                             f"again, or `orchestrate down {record.name}`; the head's autoscaler log "
                             "is /tmp/ray/session_latest/logs/monitor.* on the head")
-
-
-def _not_joined(config: dict[str, Any], health: Health | None) -> list[str]:
-    """The hosts a file names (on-premise clusters) that are not among the alive nodes."""
-    import socket
-
-    provider = config.get("provider") or {}
-    hosts = [str(h) for h in [provider.get("head_ip"), *(provider.get("worker_ips") or [])] if h]
-    joined = set(health.node_ips if health else ())
-
-    def address(host: str) -> str:
-        try:
-            return socket.gethostbyname(host)
-        except OSError:
-            return host
-
-    return [host for host in hosts if address(host) not in joined]
 
 
 def _fail(record: ClusterRecord, state: State, new_state: str, message: str) -> None:

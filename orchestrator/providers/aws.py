@@ -44,6 +44,7 @@ DEFAULT_START = cloud.DEFAULT_START
 dashboard_host = cloud.dashboard_host
 head_address = cloud.head_address
 expected_nodes = cloud.expected_nodes
+not_joined = cloud.not_joined
 launcher_env = cloud.launcher_env
 after_down = cloud.after_down
 

@@ -46,6 +46,7 @@ DEFAULT_START = cloud.DEFAULT_START
 dashboard_host = cloud.dashboard_host
 head_address = cloud.head_address
 expected_nodes = cloud.expected_nodes
+not_joined = cloud.not_joined
 launcher_env = cloud.launcher_env
 after_down = cloud.after_down
 DEFAULT_IMAGE = {"imagePublisher": "microsoft-dsvm", "imageOffer": "ubuntu-2004",

@@ -130,6 +130,10 @@ class Provider(Protocol):
     def expected_nodes(self, config: Config) -> int:
         """The head plus the workers Ray keeps running at the least."""
 
+    def not_joined(self, config: Config, node_ips: tuple[str, ...]) -> list[str]:
+        """The hosts the config names that are not among `node_ips` (the alive nodes), for
+        `up`'s "partial" message; none on clouds, whose files name no hosts."""
+
     def launcher_env(self) -> dict[str, str]:
         """Environment for `ray up` / `ray down` of this provider."""
 

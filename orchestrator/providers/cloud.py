@@ -40,6 +40,10 @@ def launcher_env() -> dict[str, str]:
     return {}
 
 
+def not_joined(config: Config, node_ips: tuple[str, ...]) -> list[str]:
+    return []
+
+
 def after_down(config: Config, progress: Progress) -> list[str]:
     return []  # `ray down` terminates every node of the cluster
 

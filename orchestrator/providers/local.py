@@ -134,6 +134,25 @@ def expected_nodes(config: Config) -> int:
     return 1 + workers
 
 
+def hosts(config: Config) -> list[tuple[str, str]]:
+    """(address, role) of every host the file names: the head first, then the workers."""
+    provider = config.get("provider") or {}
+    found = [(str(provider["head_ip"]), "the head")] if provider.get("head_ip") else []
+    return found + [(str(ip), "worker") for ip in provider.get("worker_ips") or []]
+
+
+def not_joined(config: Config, node_ips: tuple[str, ...]) -> list[str]:
+    import socket
+
+    def address(host: str) -> str:
+        try:
+            return socket.gethostbyname(host)
+        except OSError:
+            return host
+
+    return [host for host, _ in hosts(config) if address(host) not in node_ips]
+
+
 def launcher_env() -> dict[str, str]:
     return {
         # Measured with Ray 2.60: autoscaler v2 on a local (on-premise) cluster marks the head's
@@ -152,9 +171,7 @@ def after_down(config: Config, progress: Progress) -> list[str]:
     from ..util import ssh
 
     auth = config.get("auth") or {}
-    provider = config.get("provider") or {}
-    hosts = [(str(provider["head_ip"]), "the head")] if provider.get("head_ip") else []
-    hosts += [(str(ip), "worker") for ip in provider.get("worker_ips") or []]
+    named = hosts(config)
 
     def stop(host: tuple[str, str]) -> str | None:
         ip, role = host
@@ -167,8 +184,8 @@ def after_down(config: Config, progress: Progress) -> list[str]:
             return f"could not stop Ray on {role} {ip}: {exc}"
         return None
 
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
-        return [problem for problem in pool.map(stop, hosts) if problem]
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(named)))) as pool:
+        return [problem for problem in pool.map(stop, named) if problem]
 
 
 def credentials() -> CheckResult:

@@ -116,3 +116,14 @@ def test_missing_key_file_fails_before_any_connection(cluster, tmp_path):
     spec = cluster(local_yaml("127.0.0.1", [], tmp_path / "no-such-key"), here=False)
     result = only(check_cluster(spec), "ssh key")
     assert result.status == FAIL and result.field == "auth.ssh_private_key" and result.line == 8
+
+
+def test_not_joined_names_the_hosts_missing_from_the_alive_nodes():
+    from orchestrator import providers
+
+    config = {"provider": {"type": "local", "head_ip": "10.0.0.1",
+                           "worker_ips": ["10.0.0.2", "localhost"]}}
+    local = providers.get("local")
+    assert local.not_joined(config, ("10.0.0.1",)) == ["10.0.0.2", "localhost"]
+    assert local.not_joined(config, ("10.0.0.1", "10.0.0.2", "127.0.0.1")) == []  # by address
+    assert providers.get("aws").not_joined({"provider": {"type": "aws"}}, ()) == []
