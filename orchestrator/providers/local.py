@@ -163,6 +163,18 @@ def launcher_env() -> dict[str, str]:
     }
 
 
+# Stop Ray on a host, at once when there is nothing to stop (the head, after `ray down`). The
+# head is down by now, so a worker's raylet cannot leave gracefully and would sit out `ray stop`'s
+# 16 s grace period: 3 s, then it is killed. A worker the head's autoscaler was still starting
+# may come up after the first `ray stop`: then end the `ray start` in flight (the shell running
+# it names it too) and stop again. `busy` counts a missing pgrep as busy: such a host is stopped.
+_RAY = "[r]aylet|[g]cs_server|[r]ay start|[d]ashboard/agent"
+STOP_RAY = (
+    'busy() { pgrep -u "$(id -u)" -f "$1" >/dev/null 2>&1; [ $? -ne 1 ]; }; '
+    f"busy '{_RAY}' || exit 0; ray stop --grace-period 3; busy '{_RAY}' || exit 0; "
+    'pkill -u "$(id -u)" -f "[r]ay start"; sleep 2; ray stop --force')
+
+
 def after_down(config: Config, progress: Progress) -> list[str]:
     """`ray down` stops Ray on the head only, and not even there when the head never became
     up-to-date (a failed `up`: Ray then finds no head to run `ray stop` on). So: every host."""
@@ -176,10 +188,7 @@ def after_down(config: Config, progress: Progress) -> list[str]:
     def stop(host: tuple[str, str]) -> str | None:
         ip, role = host
         try:
-            # A worker the head's autoscaler was still starting may come up after the first
-            # `ray stop`: end any `ray start` in flight, then stop again.
-            ssh.run(auth, ip, 'ray stop; pkill -u "$(id -u)" -f "[r]ay start"; sleep 2; '
-                              'ray stop', timeout=90)
+            ssh.run(auth, ip, STOP_RAY, timeout=90)
         except ssh.SshError as exc:
             return f"could not stop Ray on {role} {ip}: {exc}"
         return None

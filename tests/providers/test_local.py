@@ -127,3 +127,48 @@ def test_not_joined_names_the_hosts_missing_from_the_alive_nodes():
     assert local.not_joined(config, ("10.0.0.1",)) == ["10.0.0.2", "localhost"]
     assert local.not_joined(config, ("10.0.0.1", "10.0.0.2", "127.0.0.1")) == []  # by address
     assert providers.get("aws").not_joined({"provider": {"type": "aws"}}, ()) == []
+
+
+def _stop_ray_with(tmp_path, running: list[bool], pgrep: bool = True) -> list[str]:
+    """Run local.STOP_RAY in bash with stand-ins for `ray`, `pgrep` and `pkill` that log their
+    calls; `running[i]` is what the i-th look for Ray processes finds."""
+    from orchestrator.providers.local import STOP_RAY
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "calls"
+    answers = tmp_path / "answers"
+    answers.write_text("".join("0\n" if busy else "1\n" for busy in running))
+    tools = {"ray": 'echo "ray $*" >> "$LOG"', "pkill": 'echo "pkill $*" >> "$LOG"'}
+    if pgrep:
+        tools["pgrep"] = ('echo pgrep >> "$LOG"; code=$(head -n 1 "$ANSWERS"); '
+                          'sed -i 1d "$ANSWERS"; exit "${code:-1}"')
+    for name, body in tools.items():
+        (bin_ / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    path = f"{bin_}:/usr/bin:/bin" if pgrep else str(bin_)
+    for tool in ("head", "sed", "id", "sleep") if not pgrep else ():
+        (bin_ / tool).symlink_to(shutil.which(tool))
+    subprocess.run(["/bin/bash", "-c", STOP_RAY], check=True, timeout=30,
+                   env={"PATH": path, "LOG": str(log), "ANSWERS": str(answers)})
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_stopping_ray_on_a_host_with_none_running_runs_nothing(tmp_path):
+    assert _stop_ray_with(tmp_path, [False]) == ["pgrep"]
+
+
+def test_stopping_ray_once_when_it_stops(tmp_path):
+    assert _stop_ray_with(tmp_path, [True, False]) == ["pgrep", "ray stop --grace-period 3",
+                                                        "pgrep"]
+
+
+def test_a_ray_start_in_flight_is_ended_and_ray_stopped_again(tmp_path):
+    assert _stop_ray_with(tmp_path, [True, True]) == [
+        "pgrep", "ray stop --grace-period 3", "pgrep",
+        f"pkill -u {os.geteuid()} -f [r]ay start", "ray stop --force"]
+
+
+def test_a_host_without_pgrep_is_stopped_all_the_same(tmp_path):
+    assert _stop_ray_with(tmp_path, [], pgrep=False) == [
+        "ray stop --grace-period 3", f"pkill -u {os.geteuid()} -f [r]ay start", "ray stop --force"]
