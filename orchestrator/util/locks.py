@@ -31,11 +31,7 @@ def held(path: Path, *, action: str, timeout: float = 0) -> Iterator[None]:
     try:
         lock.acquire()
     except filelock.Timeout:
-        try:
-            holder = note.read_text().strip()
-        except OSError:
-            holder = ""
-        raise Busy(holder) from None
+        raise Busy(_holder(note)) from None
     mine = f"{action}, pid {os.getpid()} on {socket.gethostname()}\n"
     try:
         note.write_text(mine)
@@ -45,3 +41,19 @@ def held(path: Path, *, action: str, timeout: float = 0) -> Iterator[None]:
             if note.read_text() == mine:  # a later holder's note stays
                 note.unlink()
         lock.release()
+
+
+def _holder(note: Path, patience: float = 1.0) -> str:
+    """What the holder wrote beside the lock. It writes that just after taking the lock: a
+    caller refused in between waits up to `patience` seconds for it ("" if it never comes)."""
+    import time
+
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            holder = note.read_text().strip()
+        except OSError:
+            holder = ""
+        if holder or time.monotonic() >= deadline:
+            return holder
+        time.sleep(0.05)
