@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shlex
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,7 @@ class Host:
     folder: Path
     hostname_resolves_to: str = ""     # what the host's /etc/hosts maps its own name to
     python_first: Path | None = None   # a folder put ahead of Ray's on the login shell's PATH
+    environment: dict[str, str] = field(default_factory=dict)   # exported by the login shell
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -75,7 +77,9 @@ class Host:
         path = f"{_venv_bin()}:$PATH"
         if self.python_first is not None:
             path = f"{self.python_first}:{path}"
-        (home / ".bashrc").write_text(f'export PATH="{path}"\n')
+        exports = [f'export PATH="{path}"'] + [f"export {key}={shlex.quote(value)}"
+                                               for key, value in self.environment.items()]
+        (home / ".bashrc").write_text("\n".join(exports) + "\n")
         (home / ".profile").write_text('[ -f ~/.bashrc ] && . ~/.bashrc\n')
         resolves = self.hostname_resolves_to or self.ip
         (self.folder / "hosts").write_text(

@@ -1,4 +1,5 @@
-"""End to end over real SSH and the real Ray cluster launcher: up, use, up again, change, down."""
+"""End to end over real SSH and the real Ray cluster launcher: up, use, up again, change, move
+the head, down."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import yaml
 
 from orchestrator import contract
 
-from .conftest import launch, tear_down
+from .conftest import launch
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.ray]
 
@@ -44,7 +45,7 @@ COUNT_NODES = contract.RAY_PYTHON + ("exec $ray_python -c \"import ray; ray.init
                                      "print('alive nodes:', sum(n['Alive'] for n in ray.nodes()))\"")
 
 
-def test_up_use_up_again_change_down(make_machine, tmp_path):
+def test_up_use_up_again_change_move_down(make_machine, tmp_path):
     machine = make_machine()
     handle = launch(machine, tmp_path / "home", f"e2e-{machine.name}")
     try:
@@ -93,6 +94,27 @@ def test_up_use_up_again_change_down(make_machine, tmp_path):
                      (handle.home / "clusters" / handle.name / "up.log").read_text(),
                      (handle.home / "clusters" / handle.name / "ray-cluster.yaml").read_text()):
             assert handle.token not in text
+
+        # A change of where the cluster lives (the on-prem head's address) is a `replace`:
+        # the old cluster goes down with the config it was launched with, then the new one
+        # comes up, so no Ray is left on the old head.
+        first, second, third = machine.ips
+        config["provider"].update(head_ip=second, worker_ips=[first, third])
+        handle.file.write_text(yaml.safe_dump(config))
+        moved = handle.cli("up", str(handle.file), "-y", "--format", "json")
+        assert moved.returncode == 0, moved.stderr
+        result = json.loads(moved.stdout)
+        assert result["action"] == "replaced"
+        assert result["plan"]["reason"] == "provider.head_ip changed: a new cluster"
+        assert result["plan"]["jobs_survive"] is False
+        assert "tearing down cluster" in moved.stderr
+        assert result["head_ip"] == second and result["address"].startswith(f"http://{second}:")
+        assert result["health"]["nodes_alive"] == 3
+        moved_gcs = machine.ray_pids("gcs_server")
+        assert len(moved_gcs) == 1 and not moved_gcs & gcs  # the old head's Ray is gone
+        status = json.loads(handle.cli("status", "--format", "json").stdout)[0]
+        assert status["head_ip"] == second and status["live"]["nodes_alive"] == 3
+        assert status["live"]["node_ips"] == sorted(machine.ips)
     finally:
         down = handle.cli("down", "-y")
     assert down.returncode == 0, down.stderr
@@ -111,42 +133,6 @@ def test_ssh_cluster_fixture_is_usable(ssh_cluster):
     assert ssh_cluster.name in text and " up " in text
 
 
-def test_moving_the_head_replaces_the_cluster(make_machine, tmp_path):
-    """A change of where the cluster lives (here the on-prem head's address) is a `replace`:
-    the old cluster goes down with the config it was launched with, then the new one comes up,
-    so no Ray is left on the old head."""
-    machine = make_machine()
-    first, second, third = machine.ips
-    handle = launch(machine, tmp_path / "home", f"mv-{machine.name}")
-    try:
-        old_gcs = machine.ray_pids("gcs_server")
-        assert len(old_gcs) == 1
-        config = yaml.safe_load(handle.file.read_text())
-        config["provider"].update(head_ip=second, worker_ips=[first, third])
-        handle.file.write_text(yaml.safe_dump(config))
-
-        moved = handle.cli("up", str(handle.file), "-y", "--format", "json")
-        assert moved.returncode == 0, moved.stderr
-        result = json.loads(moved.stdout)
-        assert result["action"] == "replaced"
-        assert result["plan"]["reason"] == "provider.head_ip changed: a new cluster"
-        assert result["plan"]["jobs_survive"] is False
-        assert "tearing down cluster" in moved.stderr
-        assert result["head_ip"] == second and result["address"].startswith(f"http://{second}:")
-        assert result["health"]["nodes_alive"] == 3
-        new_gcs = machine.ray_pids("gcs_server")
-        assert len(new_gcs) == 1 and not new_gcs & old_gcs  # the old head's Ray is gone
-
-        status = json.loads(handle.cli("status", "--format", "json").stdout)[0]
-        assert status["head_ip"] == second and status["live"]["nodes_alive"] == 3
-        assert status["live"]["node_ips"] == sorted(machine.ips)
-    finally:
-        tear_down(handle)
-    assert handle.record() is None
-    assert wait_until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), 30), \
-        "Ray processes of the cluster are still running after down"
-
-
 def wait_until(predicate, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -156,7 +142,7 @@ def wait_until(predicate, timeout: float) -> bool:
     return predicate()
 
 
-__all__ = ["submit_and_wait", "tear_down", "wait_until"]
+__all__ = ["submit_and_wait", "wait_until"]
 
 
 def test_ssh_forward_reaches_a_loopback_only_port_on_the_head(ssh_cluster, tmp_path):

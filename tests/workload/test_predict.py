@@ -16,7 +16,7 @@ import pytest
 from orchestrator.cli import main
 
 from .conftest import TINY_VIT
-from .test_end_to_end import IMAGES, TABLE, TWO_WORKERS, run_json
+from .test_end_to_end import IMAGES, TABLE, TWO_WORKERS, assert_results_written, run_json
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -163,6 +163,8 @@ def test_xgboost_from_its_run_folder(local_ray, experiment, tmp_path, capsys):
                       num_boost_round=5, scaling_config=TWO_WORKERS)
     code, trained, err = run_json(capsys, path)
     assert code == 0, err
+    assert_results_written(trained, metrics=("train-logloss", "valid-error"))
+    assert trained["metrics"]["valid-error"] < 0.2
     run = Path(trained["run_path"])
     data = tmp_path / "data" / "breast_cancer.csv"
     code, summary, err = predict_json(capsys, str(run), "--checkpoint", "latest", "--data", str(data),
@@ -192,13 +194,27 @@ def test_xgboost_from_its_run_folder(local_ray, experiment, tmp_path, capsys):
     np.testing.assert_allclose(joined["probability_1"], joined["expected"], rtol=1e-6)
 
 
-def test_vit_on_image_parquet(local_ray, experiment, tmp_path, capsys):
-    path = experiment("vit-predict", trainer="torch", model=TINY_VIT, datasets=IMAGES,
-                      train_loop_config={"epochs": 1, "batch_size_per_worker": 32},
-                      scaling_config=TWO_WORKERS)
-    code, trained, err = run_json(capsys, path)
+def test_vit_over_ray_data_then_on_image_parquet(local_ray, experiment, tmp_path, capsys):
+    path = experiment("vit-ray-data", trainer="torch", model=TINY_VIT, datasets=IMAGES,
+                      train_loop_config={"epochs": 2, "batch_size_per_worker": 32},
+                      scaling_config=TWO_WORKERS,
+                      run_config={"checkpoint_config": {"num_to_keep": 1,
+                                                        "checkpoint_score_attribute": "accuracy",
+                                                        "checkpoint_score_order": "max"}})
+    code, trained, err = run_json(capsys, path, quiet=False)
     assert code == 0, err
+    assert_results_written(trained)
+    assert "» epoch 1" in err and "» epoch 2" in err  # per-epoch progress while following
+    # two epochs of a small dataset: both splits were cached, so epoch 2 read no file again
+    assert "dataset 'train': cached in Ray's object store" in err
+    assert "dataset 'valid': cached in Ray's object store" in err
     checkpoint = Path(trained["best_checkpoint"])
+    assert (checkpoint / "model.pt").is_file()
+    # `orchestrate results RUN` finds the same results afterwards
+    assert main(["results", "vit-ray-data", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["best_checkpoint"] == str(checkpoint)
+
+    # predictions with the best checkpoint, on the validation images
     card, _ = card_of(Path(trained["run_path"]))
     assert card["image"] and card["features"] == ["image"] and len(card["class_names"]) == 10
     valid = tmp_path / "data" / "images" / "valid"
@@ -210,8 +226,10 @@ def test_vit_on_image_parquet(local_ray, experiment, tmp_path, capsys):
     assert "image" not in predicted.columns  # images are not carried by default
     table = pq.read_table(valid).to_pandas()
     assert summary["rows"] == len(predicted) == len(table)
+    assert summary["checkpoint"] == str(checkpoint)
     history = json.loads((Path(trained["run_path"]) / "orchestrate" / "metrics.json").read_text())
-    assert abs(summary["metrics"]["accuracy"] - history[-1]["accuracy"]) <= 1 / len(table)
+    row = next(r for r in history if r.get("checkpoint") == str(checkpoint))
+    assert abs(summary["metrics"]["accuracy"] - row["accuracy"]) <= 1 / len(table)
 
     images = np.stack([np.asarray(x) for x in table["image"]]).astype(np.float32)
     x = ((images / 255.0 - 0.5) / 0.5).transpose(0, 3, 1, 2)
