@@ -163,15 +163,14 @@ def launcher_env() -> dict[str, str]:
     }
 
 
-# Stop Ray on a host, at once when there is nothing to stop (the head, after `ray down`). The
-# head is down by now, so a worker's raylet cannot leave gracefully and would sit out `ray stop`'s
-# 16 s grace period: 3 s, then it is killed. A worker the head's autoscaler was still starting
-# may come up after the first `ray stop`: then end the `ray start` in flight (the shell running
-# it names it too) and stop again. `busy` counts a missing pgrep as busy: such a host is stopped.
-_RAY = "[r]aylet|[g]cs_server|[r]ay start|[d]ashboard/agent"
+# Stop Ray on a host. The head is down by now, so a worker's raylet cannot leave gracefully and
+# would sit out `ray stop`'s 16 s grace period: 3 s, then it is killed. A worker the head's
+# autoscaler was still starting may come up after that `ray stop`: if a `ray start` (the shell
+# running it names it too) or a raylet is found then, end it and stop again. `busy` counts a
+# missing pgrep as busy: such a host gets the second stop too.
 STOP_RAY = (
     'busy() { pgrep -u "$(id -u)" -f "$1" >/dev/null 2>&1; [ $? -ne 1 ]; }; '
-    f"busy '{_RAY}' || exit 0; ray stop --grace-period 3; busy '{_RAY}' || exit 0; "
+    "ray stop --grace-period 3; busy '[r]ay start|[r]aylet|[g]cs_server' || exit 0; "
     'pkill -u "$(id -u)" -f "[r]ay start"; sleep 2; ray stop --force')
 
 
@@ -188,7 +187,8 @@ def after_down(config: Config, progress: Progress) -> list[str]:
     def stop(host: tuple[str, str]) -> str | None:
         ip, role = host
         try:
-            ssh.run(auth, ip, STOP_RAY, timeout=90)
+            # A host that takes no TCP connection in 5 s is off (hosts on a LAN answer in ms).
+            ssh.run(auth, ip, STOP_RAY, timeout=90, connect_timeout=5)
         except ssh.SshError as exc:
             return f"could not stop Ray on {role} {ip}: {exc}"
         return None
