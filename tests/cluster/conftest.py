@@ -63,6 +63,15 @@ class Machine:
         """`host:pid` of every process matching `pattern` on any of the hosts."""
         return {f"{host.name}:{pid}" for host in self.hosts for pid in host.pids(pattern)}
 
+    def ray_processes(self, pattern: str = "ray|gcs_server|raylet") -> list[str]:
+        """`host: command line` of every process matching `pattern` (for failure messages)."""
+        found = []
+        for host in self.hosts:
+            if host.init_pid() is not None:
+                done = host.in_host("pgrep", "-af", pattern, check=False)
+                found += [f"{host.name}: {line[:200]}" for line in done.stdout.splitlines()]
+        return found
+
     def accepted_logins(self) -> int:
         """SSH logins accepted so far by all the hosts' sshds."""
         return sum((host.folder / "sshd.log").read_text(errors="replace")

@@ -148,7 +148,11 @@ def training(env, machine, tmp_path: Path, name: str, *, epochs: int, max_failur
     return run
 
 
-def test_a_worker_host_dies_mid_training_and_down_with_it_dead(machine, env, tmp_path):
+def test_a_worker_dies_then_another_is_cut_off_then_down_with_one_dead(machine, env, tmp_path):
+    """Faults 1, 2 and 5 of the issue on one cluster, one after the other, as they could come
+    in a day: a worker host dies mid-training (the run goes on from its last checkpoint); then,
+    on what is left, a run that allows no failure loses a worker cut off the network (the run
+    fails naming it); then `down` while the first host is still dead."""
     name = f"die-{machine.name}"
     run = training(env, machine, tmp_path, name, epochs=5, max_failures=2, after=2)
     lost = machine.hosts[2]
@@ -166,21 +170,11 @@ def test_a_worker_host_dies_mid_training_and_down_with_it_dead(machine, env, tmp
     live = status_of(env, name)["live"]
     assert live["nodes_dead"] >= 1 and lost.ip not in live["node_ips"], live
 
-    # `down` while that host is still dead: it finishes in bounded time, says which host it
-    # could not reach, and leaves no Ray on the others.
-    started = time.monotonic()
-    done = orchestrate(env, "down", name, "-y", timeout=600)
-    took = time.monotonic() - started
-    assert done.returncode == 0, done.stderr
-    assert f"could not stop Ray on worker {lost.ip}" in done.stderr, done.stderr
-    assert took < 300, took
-    assert status_of(env, name) == {}
-    assert wait_until(lambda: not (machine.hosts[0].pids() or machine.hosts[1].pids()), 60)
-
-
-def test_a_worker_cut_off_the_network_fails_the_run_naming_it(machine, env, tmp_path):
-    name = f"cut-{machine.name}"
-    run = training(env, machine, tmp_path, name, epochs=30, max_failures=0, after=2)
+    # The head and one worker are left; the three torch workers spread over both. That worker's
+    # network is cut mid-training, in a run with max_failures 0.
+    run = Run(env, experiment(tmp_path, machine.folder / f"{name}.yaml", f"{name}-cut",
+                              epochs=30, max_failures=0))
+    assert wait_until(lambda: run.epochs() or run.process.poll() is not None, 300)
     cut = machine.hosts[1]
     cut.cut()
     try:
@@ -191,6 +185,18 @@ def test_a_worker_cut_off_the_network_fails_the_run_naming_it(machine, env, tmp_
     # Ray's own account of the failure names the node that was lost, and `run` shows it.
     assert "its node has died" in stderr and cut.ip in stderr, stderr
     assert "orchestrate logs" in stderr   # where the whole log is
+
+    # `down` while the first host is still dead: it finishes in bounded time, says which host
+    # it could not reach, and leaves no Ray on the others.
+    started = time.monotonic()
+    done = orchestrate(env, "down", name, "-y", timeout=600)
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert f"could not stop Ray on worker {lost.ip}" in done.stderr, done.stderr
+    assert took < 300, took
+    assert status_of(env, name) == {}
+    assert wait_until(lambda: not (machine.hosts[0].pids() or machine.hosts[1].pids()), 60), \
+        machine.ray_processes()
 
 
 def test_the_head_dies_while_run_follows(machine, env, tmp_path):
@@ -220,7 +226,7 @@ def test_a_worker_unreachable_during_up(machine, env):
     off = machine.hosts[2]
     off.cut()
     started = time.monotonic()
-    done = up(env, machine, name, "--wait-timeout", "20")
+    done = up(env, machine, name, "--wait-timeout", "10")
     assert time.monotonic() - started < 300
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "partial" in done.stderr and off.ip in done.stderr, done.stderr

@@ -201,7 +201,8 @@ def test_two_runners_share_one_project(make_machine, moto_server, tmp_path, monk
         assert f"cluster/{name}" in state(s3)["resources"]
         a("apply", "-y", "--allow-destructive")
         assert sorted(state(s3)["resources"]) == ["experiment/first"]
-        assert wait_until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), 60)
+        assert wait_until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), 60), \
+            machine.ray_processes()
 
         # The token was never printed, logged, or written into state or plans.
         files = [saved, *a.home.rglob("*.log"), *b.home.rglob("*.log")]
