@@ -248,18 +248,18 @@ def check(spec: ClusterView) -> list[CheckResult]:
                         ("auth", "ssh_private_key"))
     if checks.failed:
         return checks.results
-    hosts: list[tuple[FieldPath, Any]] = [(("provider", "head_ip"), provider.get("head_ip"))]
-    hosts += [(("provider", "worker_ips", i), ip) for i, ip in enumerate(provider.get("worker_ips") or [])]
-    hosts = [(path, ip) for path, ip in hosts if ip]
-    if not hosts:
+    targets: list[tuple[FieldPath, Any]] = [(("provider", "head_ip"), provider.get("head_ip"))]
+    targets += [(("provider", "worker_ips", i), ip) for i, ip in enumerate(provider.get("worker_ips") or [])]
+    targets = [(path, ip) for path, ip in targets if ip]
+    if not targets:
         checks.fail("hosts", "no hosts: provider.head_ip is not set", "set provider.head_ip", ("provider",))
         return checks.results
     if not shutil.which("ssh"):
         checks.fail("ssh", "no ssh client on PATH", "install openssh-client")
         return checks.results
-    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        answers = list(pool.map(lambda item: _answers(item[1], auth), hosts))
-    for (path, ip), (ok, detail, loopback) in zip(hosts, answers, strict=True):
+    with ThreadPoolExecutor(max_workers=min(16, len(targets))) as pool:
+        answers = list(pool.map(lambda item: _answers(item[1], auth), targets))
+    for (path, ip), (ok, detail, loopback) in zip(targets, answers, strict=True):
         if ok:
             checks.ok("ssh", f"{user}@{ip} {detail}", path)
             if loopback:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,8 +47,6 @@ def held(path: Path, *, action: str, timeout: float = 0) -> Iterator[None]:
 def _holder(note: Path, patience: float = 1.0) -> str:
     """What the holder wrote beside the lock. It writes that just after taking the lock: a
     caller refused in between waits up to `patience` seconds for it ("" if it never comes)."""
-    import time
-
     deadline = time.monotonic() + patience
     while True:
         try:

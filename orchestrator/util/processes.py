@@ -35,6 +35,9 @@ def stop_child_group(process: subprocess.Popen[str] | subprocess.Popen[bytes],
             process.wait(wait)
 
 
+PR_SET_PDEATHSIG = 1   # prctl(2)
+
+
 def dies_with_parent() -> Callable[[], object] | None:
     """A `preexec_fn` (None off Linux): the child gets SIGTERM when we die, even by SIGKILL,
     which no handler of ours sees, so a killed `orchestrate up` leaves no `ray up` working on
@@ -46,9 +49,6 @@ def dies_with_parent() -> Callable[[], object] | None:
 
     return functools.partial(ctypes.CDLL(None, use_errno=True).prctl, PR_SET_PDEATHSIG,
                              int(signal.SIGTERM))
-
-
-PR_SET_PDEATHSIG = 1
 
 
 def ray_command(*args: str) -> list[str]:
