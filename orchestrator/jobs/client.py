@@ -17,6 +17,9 @@ from ..util.waiting import poll
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 NO_AGENT = "No available agent to submit job"   # Ray's 500 while its job agent starts
+# A dashboard just started may also take the connection and drop it without an answer (seen once
+# in CI on the local Ray); a refused connection is not this, and is not tried again.
+DROPPED = "Connection aborted"
 AGENT_WAIT = 60.0
 PROBE_EVERY = 5.0     # seconds between checks that the head still answers while following
 LOST_AFTER = 30.0     # seconds of silence from the head before following gives up
@@ -43,7 +46,8 @@ class JobsClient:
                metadata: dict[str, str] | None = None) -> bool:
         """Submit; False (and nothing started) when a job with this id already exists. A Ray
         whose job agent has not registered yet (just started) says "No available agent to
-        submit job, please try again later": tried again for up to AGENT_WAIT seconds."""
+        submit job, please try again later", or drops the connection unanswered: tried again
+        for up to AGENT_WAIT seconds (the same submission id: never a second job)."""
         deadline = time.monotonic() + AGENT_WAIT
         while True:
             try:
@@ -52,7 +56,8 @@ class JobsClient:
             except Exception as exc:  # noqa: BLE001
                 if "already exists" in str(exc):
                     return False
-                if NO_AGENT in str(exc) and time.monotonic() < deadline:
+                starting = NO_AGENT in str(exc) or DROPPED in str(exc)
+                if starting and time.monotonic() < deadline:
                     time.sleep(1)
                     continue
                 self._call(_raise, exc)

@@ -34,9 +34,11 @@ def test_token_is_sent_as_bearer_header(monkeypatch):
     assert seen["headers"] == {"Authorization": "Bearer s3cret"}
 
 
-def test_submit_waits_for_a_job_agent_that_is_still_starting():
+@pytest.mark.parametrize("starting", ["no agent", "dropped"])
+def test_submit_waits_for_a_job_agent_that_is_still_starting(starting):
     """A loopback HTTP server answers as Ray's dashboard does while its job agent starts (HTTP
-    500 "No available agent to submit job, please try again later") twice, then accepts."""
+    500 "No available agent to submit job, please try again later", or a connection closed
+    without an answer) twice, then accepts."""
     import http.server
     import json
     import threading
@@ -64,7 +66,9 @@ def test_submit_waits_for_a_job_agent_that_is_still_starting():
         def do_POST(self):
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             posts.append(json.loads(body)["submission_id"])
-            if len(posts) <= 2:
+            if len(posts) <= 2 and starting == "dropped":
+                self.close_connection = True   # no answer at all
+            elif len(posts) <= 2:
                 self._send(500, "No available agent to submit job, please try again later.",
                            "text/plain")
             else:
