@@ -1,9 +1,28 @@
-"""Suite-wide isolation: no test reads or writes the user's real state, and nothing may reach
-a cloud or its metadata service (169.254.169.254)."""
+"""Suite-wide isolation: no test reads or writes the user's real state (the home folder is a
+temporary one, and the suite fails if anything under the real home changed), and nothing may
+reach a cloud or its metadata service (169.254.169.254)."""
 import os
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# The real home folder, and one for the whole suite in its place (each test gets its own below):
+# Ray's default results folder (~/ray_results), ~/.orchestrate, ~/.ray and every tool's cache
+# land in a temporary folder. Set before anything reads it: Ray Train resolves ~/ray_results when
+# it is imported.
+REAL_HOME = Path(os.path.expanduser("~")).resolve()
+SUITE_HOME = Path(tempfile.mkdtemp(prefix="orchestrate-suite-home-"))
+os.environ["HOME"] = str(SUITE_HOME)
+# pip reads its user configuration (on these machines: the local wheel folders) from the home
+# folder: the tests that build a package with pip (test_pipelines) keep reading it, never writing.
+if (REAL_HOME / ".config" / "pip" / "pip.conf").is_file():
+    os.environ.setdefault("PIP_CONFIG_FILE", str(REAL_HOME / ".config" / "pip" / "pip.conf"))
+# matplotlib's font cache, built once for the suite instead of once per test's home.
+os.environ["MPLCONFIGDIR"] = str(SUITE_HOME / "matplotlib")
 
 ISOLATED_ENV = {
     "AWS_EC2_METADATA_DISABLED": "true",
@@ -26,8 +45,9 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path_factory, monkeypatch):
-    home = tmp_path_factory.mktemp("orchestrate-home")
-    monkeypatch.setenv("ORCHESTRATE_HOME", str(home))
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("ORCHESTRATE_HOME", str(home / ".orchestrate"))
     for key, value in ISOLATED_ENV.items():
         monkeypatch.setenv(key, value)
     yield
@@ -88,3 +108,23 @@ def _leaves_nothing_behind():
     names = sorted(set(leftovers() if root else []) - names_before)
     assert not left and not names, (
         f"the suite left processes {sorted(left)} and namespaces/links {names}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _real_home_untouched():
+    """Nothing under the real home folder is created, changed or removed by the suite (every
+    test runs with a temporary HOME; this catches what would slip past it). One `find` at the
+    end: entries modified or changed since the suite began (a removal changes its folder). The
+    checkout is left out when it lies under the home (pytest and Hypothesis keep caches in it)."""
+    import shutil
+    import subprocess
+
+    marker = SUITE_HOME / ".suite-started"
+    marker.touch()
+    yield
+    found = subprocess.run(["find", str(REAL_HOME), "-path", str(REPO), "-prune", "-o", "(",
+                            "-newer", str(marker), "-o", "-cnewer", str(marker), ")", "-print"],
+                           capture_output=True, text=True)
+    touched = sorted(found.stdout.split("\n")[:-1])
+    shutil.rmtree(SUITE_HOME, ignore_errors=True)
+    assert not touched, f"the suite touched the real home {REAL_HOME}: {touched[:20]}"

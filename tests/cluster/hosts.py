@@ -7,8 +7,8 @@ Traffic goes only to these namespaces (10.x addresses on the test's bridge) and 
 can be killed (every process in it, as when a machine loses power), cut off the network and
 restored, and started again. `Network.close()` removes everything the helper made.
 
-Needs root (CI runs as root); without it `Network.create` raises, and the fixture fails with the
-reason in CI instead of skipping.
+Needs root and the tools in tests/prerequisites.py; without them the fixture fails naming what
+is missing (it never skips).
 """
 from __future__ import annotations
 
@@ -178,7 +178,8 @@ class Host:
             raise RuntimeError(f"host {self.name} is down")
         args = ["nsenter", "-t", str(pid), "-n", "-p", "-m", "-u", "--"]
         args += ["bash", "-c", cmd[0]] if shell else list(cmd)
-        return subprocess.run(args, check=check, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(args, check=check, capture_output=True, text=True, timeout=timeout,
+                              env=_in_host_env())
 
     def spawn(self, *cmd: str) -> subprocess.Popen:
         """Start a command in the host's network and mount namespaces, in the background (the
@@ -188,7 +189,7 @@ class Host:
             raise RuntimeError(f"host {self.name} is down")
         return subprocess.Popen(["nsenter", "-t", str(pid), "-n", "-m", "-u", "--", *cmd],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+                                stderr=subprocess.DEVNULL, env=_in_host_env())
 
     def pids(self, pattern: str = "raylet|gcs_server|ray start|dashboard") -> list[int]:
         """Processes of this host whose command line matches `pattern` (pgrep -f)."""
@@ -272,6 +273,12 @@ class Network:
             sh("ip", "link", "delete", host.veth, check=False)
             sh("ip", "netns", "delete", host.name, check=False)
         sh("ip", "link", "delete", self.bridge, check=False)
+
+
+def _in_host_env() -> dict[str, str]:
+    """This environment, with the home folder an SSH login on the host gets (the host's own,
+    bound over /root), not the test's temporary one."""
+    return {**os.environ, "HOME": "/root"}
 
 
 def local_cluster(name: str, network: Network) -> dict:

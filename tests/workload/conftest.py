@@ -25,8 +25,10 @@ def experiment(tmp_path, data_dir):
     link.symlink_to(data_dir)
 
     def write(name: str, **document) -> Path:
-        document = {"name": name, "run_config": {"storage_path": str(tmp_path / "results")},
-                    **document}
+        # A test's own run_config adds to the storage_path, never replaces it (a run without it
+        # would go to Ray's default, ~/ray_results).
+        run_config = {"storage_path": str(tmp_path / "results"), **document.pop("run_config", {})}
+        document = {"name": name, "run_config": run_config, **document}
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(document, sort_keys=False))
         return path

@@ -204,6 +204,7 @@ def test_vit_over_ray_data_then_on_image_parquet(local_ray, experiment, tmp_path
     code, trained, err = run_json(capsys, path, quiet=False)
     assert code == 0, err
     assert_results_written(trained)
+    assert trained["run_path"] == str(tmp_path / "results" / "vit-ray-data")  # not ~/ray_results
     assert "» epoch 1" in err and "» epoch 2" in err  # per-epoch progress while following
     # two epochs of a small dataset: both splits were cached, so epoch 2 read no file again
     assert "dataset 'train': cached in Ray's object store" in err
