@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import prerequisites
+
 from .hosts import Network, local_cluster
 
 SYSTEM_PYTHON = "/usr/bin/python3"   # Debian's: without Ray or pyarrow
@@ -136,11 +138,7 @@ def cli_env(home: Path) -> dict:
 
 @pytest.fixture(scope="session")
 def make_machine(tmp_path_factory):
-    if os.geteuid() != 0 or not Path("/usr/sbin/sshd").exists():
-        if os.environ.get("CI"):  # scripts/setup.sh installs sshd and CI runs as root
-            pytest.fail("CI must run the SSH cluster tests: needs root (network and PID "
-                        "namespaces) and /usr/sbin/sshd")
-        pytest.skip("needs root and openssh-server: makes network namespaces, runs sshd in them")
+    prerequisites.require()  # fails (never skips) naming what is missing
     machines: list[Machine] = []
 
     def make(count: int = 3, options: dict[int, dict] | None = None) -> Machine:

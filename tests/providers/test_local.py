@@ -12,6 +12,7 @@ import time
 import pytest
 
 from orchestrator.providers import FAIL, OK, check_cluster
+from tests import prerequisites
 from tests.processes import stop
 
 from .conftest import by_name, only
@@ -27,11 +28,7 @@ def _keygen(path):
 @pytest.fixture
 def sshd(tmp_path):
     """sshd on port 22 of two fresh 127.x addresses, accepting one generated key for this user."""
-    if not (os.geteuid() == 0 and os.path.exists(SSHD) and shutil.which("ssh-keygen")
-            and shutil.which("ssh")):
-        if os.environ.get("CI"):  # scripts/setup.sh installs openssh and CI runs as root
-            pytest.fail("CI must run the local preflight tests: needs root and openssh-server")
-        pytest.skip("needs root (sshd binds port 22) and openssh-server/openssh-client")
+    prerequisites.require()  # root (sshd binds port 22) and openssh: fails, never skips
     prefix = f"127.{random.randint(100, 250)}.{random.randint(1, 250)}"
     hosts = [f"{prefix}.1", f"{prefix}.2"]
     host_key = _keygen(tmp_path / "host_key")
@@ -79,6 +76,7 @@ def local_yaml(head, workers, key, user=None):
     """
 
 
+@pytest.mark.ssh
 def test_every_host_answers(sshd, cluster):
     head, worker = sshd["hosts"]
     results = by_name(check_cluster(cluster(local_yaml(head, [worker], sshd["key"]))), "ssh")
@@ -87,6 +85,7 @@ def test_every_host_answers(sshd, cluster):
     assert f"@{head} answers on SSH" in results[0].detail
 
 
+@pytest.mark.ssh
 def test_a_relative_key_starts_at_the_cluster_files_folder(sshd, cluster, monkeypatch):
     head, _ = sshd["hosts"]
     monkeypatch.chdir("/")   # not where the file is: the key must be found beside the file
@@ -94,6 +93,7 @@ def test_a_relative_key_starts_at_the_cluster_files_folder(sshd, cluster, monkey
     assert [r.status for r in results] == [OK], results
 
 
+@pytest.mark.ssh
 def test_a_host_that_does_not_answer_is_named_with_its_line(sshd, cluster):
     head, _ = sshd["hosts"]
     spec = cluster(local_yaml(head, [sshd["unused"]], sshd["key"]))
@@ -103,6 +103,7 @@ def test_a_host_that_does_not_answer_is_named_with_its_line(sshd, cluster):
     assert results[1].field == "provider.worker_ips.0" and results[1].line == 5
 
 
+@pytest.mark.ssh
 def test_a_key_the_hosts_do_not_accept(sshd, cluster, tmp_path):
     other = _keygen(tmp_path / "other_key")
     results = by_name(check_cluster(cluster(local_yaml(*sshd["hosts"][:1], [], other))), "ssh")
