@@ -18,7 +18,7 @@ from typing import Protocol
 
 from .. import providers
 from ..endpoint import open_cluster
-from ..errors import ClusterError, OrchestrateError
+from ..errors import ClusterError, OrchestrateError, PreflightError
 from ..language.cluster import ClusterSpec
 from ..render.cluster import RenderedCluster, render_cluster
 from ..state import FAILED, INTERRUPTED, LAUNCHING, STOPPING, UP, ClusterRecord, State, cluster_key
@@ -108,10 +108,13 @@ def up(spec: ClusterSpec, state: State, backend: ClusterBackend, options: UpOpti
                 for result in providers.ensure_ready(spec):
                     if result.status == providers.WARN:
                         progress(f"warning: {providers.described(spec, result)}")
-            except BaseException:
+            except BaseException as exc:
                 if recorded is None:  # leave no trace of a cluster that never started
                     state.store.forget_cluster(spec.name)
                     state.secrets.remove(cluster_key(spec.name))
+                if isinstance(exc, PreflightError):
+                    exc.hint = (f"nothing was {'launched' if recorded is None else 'changed'}; "
+                                f"{exc.hint}")
                 raise
         if plan.changes:
             progress(f"changes to cluster {spec.name} since the last up:")

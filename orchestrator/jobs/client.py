@@ -63,19 +63,31 @@ class JobsClient:
                 self._call(_raise, exc)
             return True
 
+    def _on_job(self, function: Callable[[str], T], job_id: str) -> T:
+        """`function(job_id)`; a job the Ray does not know (its 404, "Job X does not exist")
+        is a JobError naming the job and where it was looked for."""
+        try:
+            return self._call(function, job_id)
+        except JobError as exc:
+            if "status code 404" in exc.message and "does not exist" in exc.message:
+                raise JobError(f"no job {job_id!r} on {self.endpoint.label}",
+                               hint="`orchestrate jobs` lists the jobs (--cluster NAME for a "
+                                    "cluster's)") from None
+            raise
+
     def info(self, job_id: str) -> Any:
-        return self._call(self._client.get_job_info, job_id)
+        return self._on_job(self._client.get_job_info, job_id)
 
     def status(self, job_id: str) -> str:
         status = self.info(job_id).status
         return str(getattr(status, "value", status))
 
     def logs(self, job_id: str) -> str:
-        text: str = self._call(self._client.get_job_logs, job_id)
+        text: str = self._on_job(self._client.get_job_logs, job_id)
         return text
 
     def stop(self, job_id: str) -> bool:
-        stopped: bool = self._call(self._client.stop_job, job_id)
+        stopped: bool = self._on_job(self._client.stop_job, job_id)
         return stopped
 
     def list(self) -> list[Any]:
