@@ -10,3 +10,45 @@ def jobs_client(ray: Any) -> Any:
     from orchestrator.state import State
 
     return JobsClient(ray.endpoint(State.here().secrets))
+
+
+def at_terminal(args: list[str], env: dict, answers: dict[str, str], timeout: float = 300
+                ) -> tuple[int, str]:
+    """Run `args` with a pseudo-terminal as its stdin, stdout and stderr, as a person at a
+    terminal would; when the output shows a key of `answers`, type its value (and Enter).
+    Returns the exit code and everything it printed (an unanswered prompt times out)."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import time
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(args, env=env, stdin=follower, stdout=follower, stderr=follower,
+                               start_new_session=True)
+    os.close(follower)
+    output, pending = b"", dict(answers)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(leader, 4096)
+                except OSError:  # EIO: every end of the terminal in the process is closed
+                    break
+                if not chunk:
+                    break
+                output += chunk
+                for prompt in [p for p in pending if p in output.decode(errors="replace")]:
+                    os.write(leader, pending.pop(prompt).encode() + b"\n")
+            elif process.poll() is not None:
+                break
+        else:
+            raise AssertionError(f"{args} did not end within {timeout} s:\n{output.decode()}")
+        return process.wait(timeout=30), output.decode(errors="replace").replace("\r\n", "\n")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(leader)

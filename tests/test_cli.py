@@ -1,6 +1,7 @@
 """The CLI as users and pipelines meet it: exit codes, speed-critical imports, packaging."""
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -18,10 +19,16 @@ HEAVY = ("ray", "torch", "boto3", "botocore", "google", "azure", "xgboost", "pan
 
 
 def test_every_example_validates(capsys):
-    assert main(["validate", str(REPO / "cluster_configs"), str(REPO / "experiments"),
-                 str(REPO / "services")]) == 0
-    out = capsys.readouterr().out
-    assert out.count("ok ") >= 10
+    folders = ("cluster_configs", "experiments", "services")
+    assert main(["validate", *(str(REPO / folder) for folder in folders)]) == 0
+    out, err = capsys.readouterr()
+    # every YAML file in them, each once, as the kind its folder holds; nothing else
+    kinds = {"cluster_configs": "cluster", "experiments": "experiment", "services": "service"}
+    expected = sorted((str(path), kinds[folder]) for folder in folders
+                      for path in (REPO / folder).glob("*.yaml"))
+    assert len(expected) == 15
+    assert sorted(re.findall(r"^ok +(\S+) \((\w+)\)$", out, re.MULTILINE)) == expected
+    assert err.splitlines()[-1] == f"{len(expected)} file(s) checked"
 
 
 def test_validate_and_render_import_nothing_heavy():
@@ -127,6 +134,10 @@ def test_version(capsys):
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.strip() == f"orchestrate {__version__}"
+    # the installed command, as a user runs it
+    done = subprocess.run([str(Path(sys.executable).parent / "orchestrate"), "--version"],
+                          capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"orchestrate {__version__}\n", "")
 
 
 def test_a_command_that_needs_the_ray_extra_says_so_without_it(tmp_path):

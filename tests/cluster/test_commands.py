@@ -91,3 +91,28 @@ def test_a_damaged_rendered_config_is_reported_not_a_crash(state):
     assert down.returncode == 1 and "Traceback" not in down.stderr
     assert "ray-cluster.yaml is corrupted: expected a JSON object" in down.stderr
     assert state.store.read_cluster("dmg").state == UP  # nothing was handed to `ray down`
+
+
+def test_up_refused_by_preflight_launches_and_records_nothing(tmp_path, state):
+    # Two loopback addresses nobody listens on: SSH is refused at once, so preflight fails
+    # before `ray up` would start.
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "key")],
+                   check=True)
+    path = tmp_path / "refused.yaml"
+    path.write_text("cluster_name: refused\n"
+                    "provider: {type: local, head_ip: 127.0.0.77, worker_ips: [127.0.0.78]}\n"
+                    "auth: {ssh_user: root, ssh_private_key: key}\n")
+    done = orchestrate("up", str(path), "-y")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "preflight failed for refused (2 problems)" in done.stderr
+    for line, field, ip in ((2, "provider.head_ip", "127.0.0.77"),
+                            (2, "provider.worker_ips.0", "127.0.0.78")):
+        assert f"{path}:{line}: {field}: root@{ip}: ssh: connect to host {ip} port 22: " \
+               "Connection refused" in done.stderr
+    assert "TIP   nothing was launched; fix the cluster YAML, or run with --skip-preflight" \
+           in done.stderr
+    # Nothing recorded, no token kept, nothing handed to Ray.
+    assert state.store.read_cluster("refused") is None
+    assert not state.secrets.path(cluster_key("refused")).exists()
+    assert list(state.store.cluster_dir("refused").parent.glob("*")) == []
+    assert json.loads(orchestrate("status", "--format", "json").stdout) == []

@@ -3,6 +3,7 @@ the head, down."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from orchestrator import contract
+from tests.helpers import at_terminal
 
 from .conftest import launch
 
@@ -69,6 +71,7 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
 
         # `up` again on the unchanged file: nothing touched, no SSH login, same Ray processes.
         pids, logins = machine.ray_pids(), machine.accepted_logins()
+        assert len(machine.ray_pids("raylet")) == 3 and len(machine.ray_pids("gcs_server")) == 1
         again = handle.cli("up", str(handle.file), "-y", "--format", "json")
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["action"] == "unchanged"
@@ -80,6 +83,7 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
         config["idle_timeout_minutes"] = 9
         handle.file.write_text(yaml.safe_dump(config))
         gcs = machine.ray_pids("gcs_server")
+        assert len(gcs) == 1
         changed = handle.cli("up", str(handle.file), "-y", "--format", "json")
         assert changed.returncode == 0, changed.stderr
         result = json.loads(changed.stdout)
@@ -94,6 +98,39 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
                      (handle.home / "clusters" / handle.name / "up.log").read_text(),
                      (handle.home / "clusters" / handle.name / "ray-cluster.yaml").read_text()):
             assert handle.token not in text
+
+        # A change that restarts Ray on the head: at a terminal, `up` lists it and asks first;
+        # "no" changes nothing.
+        record = handle.record()
+        config["head_setup_commands"] = ["echo restart-me"]
+        handle.file.write_text(yaml.safe_dump(config))
+        code, shown = at_terminal([sys.executable, "-m", "orchestrator", "up", str(handle.file)],
+                                  handle.env, {"[y/N]": "n"})
+        assert code == 1, shown
+        assert f"changes to cluster {handle.name} since the last up:\n  + head_setup_commands\n" \
+            in shown
+        assert f"Ray on the head of {handle.name} will restart; running jobs will be stopped. " \
+               "Continue? [y/N] n\n" in shown
+        assert "ERROR cancelled; nothing was changed" in shown and "Traceback" not in shown
+        assert machine.ray_pids("gcs_server") == gcs and handle.record() == record
+
+        # With -y it restarts without asking; --no-wait returns once the head is up.
+        restarted = handle.cli("up", str(handle.file), "-y", "--no-wait", "--format", "json")
+        assert restarted.returncode == 0, restarted.stderr
+        result = json.loads(restarted.stdout)
+        assert (result["action"], result["changes"]) == ("restarted", ["+ head_setup_commands"])
+        assert result["plan"]["jobs_survive"] is False and result["health"] is None
+        assert result["state"] == "up" and result["config_hash"] != record["config_hash"]
+        new_gcs = machine.ray_pids("gcs_server")
+        assert len(new_gcs) == 1 and new_gcs != gcs
+        gcs = new_gcs
+        # `status NAME` asks the restarted cluster: a new Ray session on the same head.
+        one = handle.cli("status", handle.name, "--format", "json")
+        assert one.returncode == 0, one.stderr
+        [row] = json.loads(one.stdout)
+        assert row["name"] == handle.name and row["state"] == "up"
+        assert row["live"]["reachable"] is True and row["live"]["session"] != live["session"]
+        assert row["head_ip"] == machine.ips[0]
 
         # A change of where the cluster lives (the on-prem head's address) is a `replace`:
         # the old cluster goes down with the config it was launched with, then the new one

@@ -39,9 +39,11 @@ def record_of(env, name) -> dict | None:
     return rows[0] if rows else None
 
 
-def down_cleans_up(env, name, machine) -> None:
-    done = orchestrate(env, "down", name, "-y")
+def down_cleans_up(env, name, machine, target: str | None = None) -> None:
+    """`down` of the cluster by its name (or `target`: its file), then nothing of it is left."""
+    done = orchestrate(env, "down", target or name, "-y")
     assert done.returncode == 0, done.stderr
+    assert f"cluster {name} is down and forgotten" in done.stderr
     assert record_of(env, name) is None
     left = lambda: machine.ray_pids("ray|gcs_server|raylet")  # noqa: E731
     assert wait_until(lambda: not left(), 30), f"Ray processes left after down: {left()}"
@@ -84,12 +86,33 @@ def test_ray_up_failing_after_ray_started_on_the_head(machine, env):
         "--autoscaling-config=~/ray_bootstrap_config.yaml",
         "echo setup broke >&2; exit 7"]
     path.write_text(yaml.safe_dump(config))
+    before = machine.ray_pids("gcs_server")
     done = orchestrate(env, "up", str(path), "-y", "--skip-preflight", timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert "down" in done.stderr   # the hint says how to clean up
+    assert f"`orchestrate down {name}` removes them" in done.stderr   # how to clean up
     assert record_of(env, name)["state"] == "failed"
-    assert machine.ray_pids("gcs_server"), "Ray was started before the failure"
+    # This cluster's `ray up` started Ray on the head (not a process left by an earlier test).
+    head = machine.hosts[0].name
+    started = machine.ray_pids("gcs_server") - before
+    assert len(started) == 1 and started.pop().startswith(f"{head}:"), machine.ray_processes()
     down_cleans_up(env, name, machine)
+
+
+def test_ray_up_that_outlasts_its_timeout_is_stopped(machine, env):
+    name = f"slow-{machine.name}"
+    path = machine.cluster_file(name, head_setup_commands=["sleep 300"])
+    done = orchestrate(env, "up", str(path), "-y", "--skip-preflight", "--timeout", "5",
+                       timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "ERROR `ray up` did not finish within 5 s and was stopped" in done.stderr
+    assert f"`orchestrate down {name}` removes them" in done.stderr
+    record = record_of(env, name)
+    assert record["state"] == "failed"
+    assert record["message"] == "`ray up` did not finish within 5 s and was stopped"
+    left = subprocess.run(["pgrep", "-f", f"ray.scripts.scripts up .*{name}"],
+                          capture_output=True, text=True)
+    assert left.stdout.strip() == ""   # no `ray up` of ours goes on after the timeout
+    down_cleans_up(env, name, machine, target=str(path))   # `down FILE`
 
 
 def test_ctrl_c_during_up(machine, env, tmp_path):

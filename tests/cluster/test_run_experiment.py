@@ -117,8 +117,44 @@ def test_run_an_experiment_on_the_ssh_cluster(ssh_cluster, shared_dir, tmp_path)
     assert results.returncode == 0, results.stderr
     assert json.loads(results.stdout)["best_checkpoint"] == summary["best_checkpoint"]
 
+    job_commands_with_cluster(ssh_cluster, jobs[0].submission_id, name)
+
     # Served from the cluster (its Serve proxy on the head's address), through the token.
     serve_on_the_cluster(ssh_cluster, experiment, tmp_path)
+
+
+def job_commands_with_cluster(ssh_cluster, job_id: str, name: str) -> None:
+    """`jobs`, `logs` and `stop` told the cluster by name or file; unknown jobs and clusters."""
+    cluster = ssh_cluster.name
+    listed = ssh_cluster.cli("jobs", "--cluster", cluster, "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    [row] = [r for r in json.loads(listed.stdout) if r["job_id"] == job_id]
+    assert (row["status"], row["experiment"]) == ("SUCCEEDED", name) and row["end_time"]
+    table = ssh_cluster.cli("jobs", "--cluster", str(ssh_cluster.file))  # by its file, as text
+    assert table.returncode == 0, table.stderr
+    header, *lines = table.stdout.splitlines()
+    assert header.split() == ["JOB", "STATUS", "EXPERIMENT", "STARTED", "ENDED"]
+    assert [line.split()[:3] for line in lines if line.startswith(job_id)] == \
+        [[job_id, "SUCCEEDED", name]]
+
+    logs = ssh_cluster.cli("logs", job_id, "--cluster", cluster)
+    assert logs.returncode == 0, logs.stderr
+    assert "ORCHESTRATE_RESULT" in logs.stdout
+    followed = ssh_cluster.cli("logs", "-f", job_id, "--cluster", cluster)  # already ended
+    assert followed.returncode == 0, followed.stderr
+    assert "ORCHESTRATE_RESULT" in followed.stdout
+    assert followed.stderr.strip().endswith(f"job {job_id}: SUCCEEDED")
+    stopped = ssh_cluster.cli("stop", job_id, "--cluster", cluster)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stderr.strip() == f"job {job_id}: was not running (SUCCEEDED)"
+
+    for verb in ("logs", "stop"):
+        unknown = ssh_cluster.cli(verb, "no-such-job", "--cluster", cluster)
+        assert unknown.returncode == 1 and "Traceback" not in unknown.stderr
+        assert f"ERROR no job 'no-such-job' on cluster {cluster}" in unknown.stderr, unknown.stderr
+    elsewhere = ssh_cluster.cli("jobs", "--cluster", "no-such-cluster")
+    assert elsewhere.returncode == 1 and "Traceback" not in elsewhere.stderr
+    assert f"no cluster 'no-such-cluster' is recorded (known: {cluster})" in elsewhere.stderr
 
 
 def serve_on_the_cluster(ssh_cluster, experiment: Path, tmp_path: Path) -> None:

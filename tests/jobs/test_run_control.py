@@ -100,7 +100,20 @@ def test_ctrl_c_while_following_leaves_the_job_running(tmp_path):
         assert "Traceback" not in message
         assert jobs.status(job_id) == "RUNNING"  # the local Ray was kept for it
 
-        assert main(["stop", job_id]) == 0  # as the message says
+        # `logs -f` follows the running job until it ends (stopped, as the message says)
+        logs = subprocess.Popen([sys.executable, "-m", "orchestrator", "logs", "-f", job_id],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            first = logs.stdout.readline()   # a line of the running job's log
+            assert first and jobs.status(job_id) == "RUNNING"
+            assert main(["stop", job_id]) == 0
+            out, err = logs.communicate(timeout=120)
+        finally:
+            if logs.poll() is None:
+                logs.kill()
+                logs.wait()
+        assert logs.returncode == 1, err   # it did not succeed
+        assert err.strip() == f"job {job_id}: STOPPED"
         assert jobs._wait(job_id) == "STOPPED"
         assert main(["stop", "--local-ray"]) == 0
         assert embedded.current(State.here().secrets) is None

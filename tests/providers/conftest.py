@@ -120,13 +120,22 @@ def moto_server(tmp_path_factory):
         log.close()
 
 
+_reset_for: list[str] = []   # the test module moto's server was last reset for
+
+
 @pytest.fixture
-def aws(moto_server, monkeypatch):
+def aws(moto_server, monkeypatch, request):
     """boto3 pointed at the moto server with static test credentials.
 
-    The server is shared and not reset between tests (a reset makes moto rebuild its EC2 data,
-    seconds per test): tests that create resources give them names of their own.
+    The server is shared, and reset when a new test module first uses it: a module starts with
+    none of another's key pairs, roles or security groups (a reset makes moto rebuild its EC2
+    data, too slow to do for every test). Tests within a module give what they create names of
+    their own.
     """
+    if _reset_for != [request.module.__name__]:
+        _local_opener().open(urllib.request.Request(moto_server + "/moto-api/reset",
+                                                    method="POST"), timeout=60).read()
+        _reset_for[:] = [request.module.__name__]
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")

@@ -3,6 +3,7 @@ light."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -76,7 +77,18 @@ def test_check_without_files_reports_each_cloud(aws, capsys):
     assert clouds["aws credentials"]["status"] == OK and "123456789012" in clouds["aws credentials"]["detail"]
     assert clouds["gcp credentials"]["status"] == WARN and "gcloud auth" in clouds["gcp credentials"]["hint"]
     assert clouds["azure credentials"]["status"] == WARN and "az login" in clouds["azure credentials"]["hint"]
-    assert clouds["local ssh"]["status"] in (OK, WARN)
+    # This machine has an ssh client (tests/prerequisites.py); without one on PATH it warns.
+    assert (clouds["local ssh"]["status"], clouds["local ssh"]["detail"]) == \
+        (OK, f"ssh client at {shutil.which('ssh')}")
+
+
+def test_check_without_an_ssh_client_warns_for_local(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))   # an empty folder: no ssh anywhere on it
+    from orchestrator.providers import local
+
+    row = local.credentials()
+    assert (row.name, row.status, row.detail, row.hint) == \
+        ("local ssh", WARN, "no ssh client on PATH", "install openssh-client")
 
 
 def test_missing_sdk_names_the_pip_extra(cluster, monkeypatch, capsys):

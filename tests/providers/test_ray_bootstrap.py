@@ -24,9 +24,13 @@ def test_rendered_cluster_passes_preflight_and_rays_aws_bootstrap(aws, cluster, 
 
     config = prepare_config(render_cluster(spec, token_file=str(token)).config)
     validate_config(config)
+    ec2 = aws.client("ec2")
+    # moto was reset for this module: what Ray creates below is not left from another test
+    assert aws.client("iam").list_instance_profiles()["InstanceProfiles"] == []
+    assert not [g for g in ec2.describe_security_groups()["SecurityGroups"]
+                if g["GroupName"].startswith("ray-autoscaler")]
     booted = ray_aws.bootstrap_aws(config)
 
-    ec2 = aws.client("ec2")
     for name in ("head", "worker"):
         node = booted["available_node_types"][name]["node_config"]
         subnets = ec2.describe_subnets(SubnetIds=node["SubnetIds"])["Subnets"]

@@ -5,6 +5,7 @@ test_predict.py, which then predicts with what they trained."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,20 @@ def test_user_loop_and_no_duplicate(local_ray, experiment, tmp_path, capsys):
     code, _, err = run_json(capsys, path)  # unchanged: the same job, not a second one
     assert code == 0 and "already exists" in err
     assert main(["jobs", "--format", "json"]) == 0
-    assert len(json.loads(capsys.readouterr().out)) == 1
+    [job] = json.loads(capsys.readouterr().out)
+
+    # `results` finds the run by its name, its job id and its folder (read where the run wrote
+    # it); a key that is none of these is a clear error.
+    for key in ("own-loop", job["job_id"], summary["run_path"]):
+        assert main(["results", key, "--format", "json"]) == 0, key
+        found = json.loads(capsys.readouterr().out)
+        assert (found["name"], found["metrics"]) == ("own-loop", summary["metrics"]), key
+    assert main(["results", job["job_id"]]) == 0   # as a table
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split() == ["RUN", "own-loop", "SUCCEEDED"]
+    assert f"run folder     {summary['run_path']}" in table
+    assert main(["results", "no-such-run"]) == 1
+    assert "ERROR no results for 'no-such-run'" in capsys.readouterr().err
 
     # --force submits a second job (detached: that it is a new job is the point, not its run)
     code, forced, err = run_json(capsys, path, "--force", "--detach")
@@ -118,7 +132,9 @@ def test_bad_dataset_path(local_ray, experiment, capsys):
                       scaling_config=TWO_WORKERS)
     code, _, err = run_json(capsys, path)
     assert code == 1
-    assert "nonexistent" in err
+    # Ray Data's own error for the missing file, as the job's result and its failure
+    assert re.search(r"^ERROR job orchestrate-bad-path-\w+ failed: "
+                     r"FileNotFoundError: /nonexistent/x\.csv$", err, re.MULTILINE), err
 
 
 def test_detach_then_stop(local_ray, experiment, tmp_path, capsys):
@@ -132,3 +148,6 @@ def test_detach_then_stop(local_ray, experiment, tmp_path, capsys):
     from tests.helpers import jobs_client
 
     assert jobs_client(local_ray)._wait(job_id) == "STOPPED"
+    for verb in ("logs", "stop"):   # a job the local Ray does not know
+        assert main([verb, "no-such-job"]) == 1
+        assert "ERROR no job 'no-such-job' on the local Ray" in capsys.readouterr().err
