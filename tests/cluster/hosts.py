@@ -26,6 +26,11 @@ from pathlib import Path
 from tests.processes import stop
 
 PREFIX = "orh"   # every bridge, veth and namespace the helper makes starts with this
+# Every host's login shell exports these, as an /etc/environment line would: Ray's autoscaler
+# (the monitor on the head, started by `ray start`) looks at the cluster every second instead of
+# every 5 s, so the workers of a `ray up` join about 7 s sooner (measured: a 3-host `up` 19 s ->
+# 12 s). The cluster file is untouched; what `up` waits for (min_workers alive) is the same.
+MACHINE_ENVIRONMENT = {"AUTOSCALER_UPDATE_INTERVAL_S": "1"}
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -77,8 +82,9 @@ class Host:
         path = f"{_venv_bin()}:$PATH"
         if self.python_first is not None:
             path = f"{self.python_first}:{path}"
+        environment = {**MACHINE_ENVIRONMENT, **self.environment}
         exports = [f'export PATH="{path}"'] + [f"export {key}={shlex.quote(value)}"
-                                               for key, value in self.environment.items()]
+                                               for key, value in environment.items()]
         (home / ".bashrc").write_text("\n".join(exports) + "\n")
         (home / ".profile").write_text('[ -f ~/.bashrc ] && . ~/.bashrc\n')
         resolves = self.hostname_resolves_to or self.ip

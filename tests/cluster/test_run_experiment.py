@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from orchestrator import contract
+from orchestrator.cli import main
 
 pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.ray]
 
@@ -81,7 +82,8 @@ def test_the_hosts_are_as_in_the_wild(ssh_cluster):
         ssh_cluster.up_output
 
 
-def test_run_an_experiment_on_the_ssh_cluster(ssh_cluster, shared_dir, tmp_path):
+def test_run_an_experiment_on_the_ssh_cluster(ssh_cluster, shared_dir, tmp_path, capsys,
+                                               monkeypatch):
     from ray.job_submission import JobSubmissionClient
 
     name = "mlp-on-cluster"
@@ -117,44 +119,52 @@ def test_run_an_experiment_on_the_ssh_cluster(ssh_cluster, shared_dir, tmp_path)
     assert results.returncode == 0, results.stderr
     assert json.loads(results.stdout)["best_checkpoint"] == summary["best_checkpoint"]
 
-    job_commands_with_cluster(ssh_cluster, jobs[0].submission_id, name)
+    job_commands_with_cluster(ssh_cluster, jobs[0].submission_id, name, capsys, monkeypatch)
 
     # Served from the cluster (its Serve proxy on the head's address), through the token.
     serve_on_the_cluster(ssh_cluster, experiment, tmp_path)
 
 
-def job_commands_with_cluster(ssh_cluster, job_id: str, name: str) -> None:
-    """`jobs`, `logs` and `stop` told the cluster by name or file; unknown jobs and clusters."""
+def job_commands_with_cluster(ssh_cluster, job_id: str, name: str, capsys, monkeypatch) -> None:
+    """`jobs`, `logs` and `stop` told the cluster by name or file; unknown jobs and clusters.
+    (The CLI's main in this process, on the cluster's ORCHESTRATE_HOME: no interpreter start.)"""
+    monkeypatch.setenv("ORCHESTRATE_HOME", str(ssh_cluster.home))
     cluster = ssh_cluster.name
-    listed = ssh_cluster.cli("jobs", "--cluster", cluster, "--format", "json")
-    assert listed.returncode == 0, listed.stderr
-    [row] = [r for r in json.loads(listed.stdout) if r["job_id"] == job_id]
+
+    def cli(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, err = cli("jobs", "--cluster", cluster, "--format", "json")
+    assert code == 0, err
+    [row] = [r for r in json.loads(out) if r["job_id"] == job_id]
     assert (row["status"], row["experiment"]) == ("SUCCEEDED", name) and row["end_time"]
-    table = ssh_cluster.cli("jobs", "--cluster", str(ssh_cluster.file))  # by its file, as text
-    assert table.returncode == 0, table.stderr
-    header, *lines = table.stdout.splitlines()
+    code, out, err = cli("jobs", "--cluster", str(ssh_cluster.file))  # by its file, as text
+    assert code == 0, err
+    header, *lines = out.splitlines()
     assert header.split() == ["JOB", "STATUS", "EXPERIMENT", "STARTED", "ENDED"]
     assert [line.split()[:3] for line in lines if line.startswith(job_id)] == \
         [[job_id, "SUCCEEDED", name]]
 
-    logs = ssh_cluster.cli("logs", job_id, "--cluster", cluster)
-    assert logs.returncode == 0, logs.stderr
-    assert "ORCHESTRATE_RESULT" in logs.stdout
-    followed = ssh_cluster.cli("logs", "-f", job_id, "--cluster", cluster)  # already ended
-    assert followed.returncode == 0, followed.stderr
-    assert "ORCHESTRATE_RESULT" in followed.stdout
-    assert followed.stderr.strip().endswith(f"job {job_id}: SUCCEEDED")
-    stopped = ssh_cluster.cli("stop", job_id, "--cluster", cluster)
-    assert stopped.returncode == 0, stopped.stderr
-    assert stopped.stderr.strip() == f"job {job_id}: was not running (SUCCEEDED)"
+    code, out, err = cli("logs", job_id, "--cluster", cluster)
+    assert code == 0, err
+    assert "ORCHESTRATE_RESULT" in out
+    code, out, err = cli("logs", "-f", job_id, "--cluster", cluster)  # it has already ended
+    assert code == 0, err
+    assert "ORCHESTRATE_RESULT" in out and err.strip().endswith(f"job {job_id}: SUCCEEDED")
+    code, out, err = cli("stop", job_id, "--cluster", cluster)
+    assert code == 0, err
+    assert err.strip() == f"job {job_id}: was not running (SUCCEEDED)"
 
     for verb in ("logs", "stop"):
-        unknown = ssh_cluster.cli(verb, "no-such-job", "--cluster", cluster)
-        assert unknown.returncode == 1 and "Traceback" not in unknown.stderr
-        assert f"ERROR no job 'no-such-job' on cluster {cluster}" in unknown.stderr, unknown.stderr
-    elsewhere = ssh_cluster.cli("jobs", "--cluster", "no-such-cluster")
-    assert elsewhere.returncode == 1 and "Traceback" not in elsewhere.stderr
-    assert f"no cluster 'no-such-cluster' is recorded (known: {cluster})" in elsewhere.stderr
+        code, out, err = cli(verb, "no-such-job", "--cluster", cluster)
+        assert code == 1 and "Traceback" not in err
+        assert f"ERROR no job 'no-such-job' on cluster {cluster}" in err, err
+    code, out, err = cli("jobs", "--cluster", "no-such-cluster")
+    assert code == 1 and "Traceback" not in err
+    assert f"no cluster 'no-such-cluster' is recorded (known: {cluster})" in err
 
 
 def serve_on_the_cluster(ssh_cluster, experiment: Path, tmp_path: Path) -> None:

@@ -40,8 +40,12 @@ def sshd(tmp_path):
         f"HostKey {host_key}", f"PidFile {tmp_path / 'sshd.pid'}",
         f"AuthorizedKeysFile {tmp_path / 'authorized_keys'}",
         "StrictModes no", "UsePAM no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-        "PermitRootLogin prohibit-password", "",
+        "PermitRootLogin prohibit-password",
+        # The login's home is the test's own: the shell sshd starts would otherwise run the real
+        # ~/.bashrc (on these machines, `pyenv init` rewrites ~/.pyenv/shims).
+        f"SetEnv HOME={tmp_path / 'login-home'}", "",
     ]))
+    (tmp_path / "login-home").mkdir()
     os.makedirs("/run/sshd", exist_ok=True)
     log_path = tmp_path / "sshd.log"  # a file, not a pipe nobody reads while sshd runs
     with open(log_path, "w") as log:
