@@ -7,7 +7,10 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
 command -v rsync >/dev/null 2>&1 || need_apt+=(rsync)
+# The tests look for processes on the hosts with pgrep.
+command -v pgrep >/dev/null 2>&1 || need_apt+=(procps)
 # The simulated hosts of the cluster tests: network namespaces and veth (iproute2), PID and mount
 # namespaces (util-linux's unshare and nsenter).
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)

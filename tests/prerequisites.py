@@ -24,7 +24,7 @@ def missing() -> list[str]:
     for tool, package in (("sshd", "openssh-server"), ("ssh", "openssh-client"),
                           ("ssh-keygen", "openssh-client"), ("rsync", "rsync"),
                           ("ip", "iproute2"), ("unshare", "util-linux"),
-                          ("nsenter", "util-linux")):
+                          ("nsenter", "util-linux"), ("pgrep", "procps")):
         if not (shutil.which(tool) or os.path.exists(f"/usr/sbin/{tool}")):
             gaps.append(f"{tool} (Debian package {package})")
     if not os.path.exists("/usr/bin/python3"):

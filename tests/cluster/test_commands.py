@@ -3,6 +3,7 @@ and what is never shown."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
@@ -95,7 +96,11 @@ def test_a_damaged_rendered_config_is_reported_not_a_crash(state):
 
 def test_up_refused_by_preflight_launches_and_records_nothing(tmp_path, state):
     # Two loopback addresses nobody listens on: SSH is refused at once, so preflight fails
-    # before `ray up` would start.
+    # before `ray up` would start. (An sshd of the machine's own on 0.0.0.0:22 would answer.)
+    for ip in ("127.0.0.77", "127.0.0.78"):
+        with socket.socket() as probe:
+            assert probe.connect_ex((ip, 22)) != 0, f"something listens on {ip}:22; this test " \
+                "needs port 22 of loopback free (stop the machine's own sshd)"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "key")],
                    check=True)
     path = tmp_path / "refused.yaml"

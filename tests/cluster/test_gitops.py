@@ -134,6 +134,7 @@ def test_two_runners_share_one_project(make_machine, moto_server, tmp_path, monk
 
         # B plans with nothing of its own: no changes, and it starts nothing.
         gcs = machine.ray_pids("gcs_server")
+        assert len(gcs) == 1, gcs   # the head's GCS: one, so the comparisons below mean something
         done = b("plan", "--detailed-exitcode")
         assert "No changes" in done.stdout
         assert not (b.home / "clusters").exists()                  # no cluster checked out,
