@@ -126,14 +126,14 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
         gcs = new_gcs
         # `status NAME` asks the restarted cluster: a new Ray session on the same head, and
         # (--no-wait did not wait for them) the workers back by themselves: 3 nodes alive.
-        rows: list = []
+        seen: dict = {}
 
         def whole() -> bool:
             one = handle.cli("status", handle.name, "--format", "json")
-            rows[:] = [one.returncode, one.stderr, *json.loads(one.stdout or "[]")]
-            return one.returncode == 0 and rows[2]["live"].get("nodes_alive") == 3
-        assert wait_until(whole, 120), rows
-        _, _, row = rows
+            seen.update(code=one.returncode, err=one.stderr, rows=json.loads(one.stdout or "[]"))
+            return one.returncode == 0 and [r["live"].get("nodes_alive") for r in seen["rows"]] == [3]
+        assert wait_until(whole, 120), seen
+        [row] = seen["rows"]
         assert row["name"] == handle.name and row["state"] == "up"
         assert row["live"]["reachable"] is True and row["live"]["session"] != live["session"]
         assert row["head_ip"] == machine.ips[0]
