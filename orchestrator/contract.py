@@ -18,10 +18,20 @@ CONFIG_VERSION = 1
 WORKLOAD_MODULE = "orchestrator.workload"
 # The job runs under the Python that Ray itself runs with: the one the `ray` command's shebang
 # names. A login shell may put another `python` first (pyenv shims in ~/.bashrc), one without Ray.
+# With `pip:` or `uv:` Ray runs the job in a virtualenv of its own under its runtime_resources
+# (VIRTUAL_ENV, activated for the entrypoint) that may have no `ray` command: its Python, which
+# sees Ray's packages, wins. Any other VIRTUAL_ENV (a user's, inherited by `ray start`) does not.
 RAY_PYTHON = ('ray_python=$(sed -n "1s/^#![[:space:]]*//p" "$(command -v ray)" 2>/dev/null); '
-              'case "$ray_python" in ""|*/sh|*/bash) ray_python=python;; esac; ')
+              'case "$ray_python" in ""|*/sh|*/bash) ray_python=python;; esac; '
+              'case "$VIRTUAL_ENV" in */runtime_resources/*) [ -x "$VIRTUAL_ENV/bin/python" ] && '
+              'ray_python="$VIRTUAL_ENV/bin/python";; esac; ')
 ENTRYPOINT = RAY_PYTHON + f"exec $ray_python -m {WORKLOAD_MODULE}"
-WORKER_SETUP = f"{WORKLOAD_MODULE}.network.setup"   # runtime_env worker_process_setup_hook
+WORKER_SETUP = f"{WORKLOAD_MODULE}.worker.setup"   # runtime_env worker_process_setup_hook
+# The experiment's secret variables reach the job as this module (one `VALUES` dict), shipped in
+# py_modules beside orchestrate's package rather than in the runtime_env's env_vars, which Ray
+# shows to anyone who may list jobs. The driver and every worker copy them into os.environ.
+SECRETS_MODULE = "orchestrate_job_secrets"
+SECRET_NAMES_ENV = "ORCHESTRATE_SECRET_NAMES"   # their names (comma-separated), in env_vars
 EPOCH_MARK = "ORCHESTRATE_EPOCH "
 RESULT_MARK = "ORCHESTRATE_RESULT "
 RESULTS_FOLDER = "orchestrate"

@@ -71,11 +71,7 @@ def build() -> dict:
                 "type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$",
                 "x-message": "expected 'module:function', e.g. 'train:train_loop'"},
             "working_dir": {"type": "string", "minLength": 1},
-            "runtime_env": {
-                "type": "object", "additionalProperties": False,
-                "properties": {"excludes": {**STR_LIST, "description": (
-                    "gitignore-style patterns, relative to working_dir, of files not to ship "
-                    "with the job (added to orchestrate's defaults)")}}},
+            "runtime_env": runtime_env(),
             "data_loader": {"type": "string", "enum": ["ray_data", "torch"]},
             "datasets": {
                 "type": "object", "minProperties": 1, "additionalProperties": False,
@@ -148,3 +144,52 @@ def build() -> dict:
             },
         },
     }
+
+
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+def runtime_env() -> dict:
+    """Ray's runtime_env keys an experiment may set (language/environment.py checks the rest)."""
+    requirements = {"oneOf": [
+        {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+        {"type": "string", "minLength": 1,
+         "description": "a requirements file, relative to the experiment file"}]}
+    return {
+        "type": "object", "additionalProperties": False,
+        "properties": {
+            "excludes": {**STR_LIST, "description": (
+                "gitignore-style patterns, relative to working_dir, of files not to ship "
+                "with the job (added to orchestrate's defaults)")},
+            "pip": {**requirements, "description": (
+                "Python packages installed for the job (Ray's runtime_env pip): requirement "
+                "strings, or a requirements file relative to the experiment file")},
+            "uv": {**requirements, "description": (
+                "as pip, installed with uv (Ray's runtime_env uv; Ray pip-installs uv into the "
+                "job's virtualenv where the nodes' Python lacks it)")},
+            "env_vars": {
+                "type": "object",
+                "description": (
+                    "environment variables of every process of the job: a plain value, or "
+                    "{from_env: NAME}, a secret taken from the submitting machine's environment"),
+                "propertyNames": {"pattern": ENV_NAME, "x-message": (
+                    "expected an environment variable name (letters, digits and _, not "
+                    "starting with a digit)")},
+                "additionalProperties": {
+                    "x-message": ("expected a string or a number (quote 'true' and 'false'), "
+                                  "or {from_env: NAME}"),
+                    "oneOf": [{"type": "string"}, {"type": "number"},
+                              {"type": "object", "additionalProperties": False,
+                               "required": ["from_env"],
+                               "properties": {"from_env": {"type": "string",
+                                                           "pattern": ENV_NAME}}}]}},
+            "config": {
+                "type": "object", "additionalProperties": False,
+                "description": "Ray's RuntimeEnvConfig",
+                "properties": {
+                    "setup_timeout_seconds": {
+                        "oneOf": [{"type": "integer", "minimum": 1}, {"const": -1}],
+                        "x-message": "expected whole seconds (1 or more), or -1 for no limit",
+                        "description": ("how long Ray may take to set the environment up (pip "
+                                        "install included); Ray's default 600, -1: no limit")},
+                    "eager_install": {"type": "boolean"}}}}}

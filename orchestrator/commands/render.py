@@ -36,6 +36,9 @@ def render_document(spec: ClusterSpec | ExperimentSpec | ServiceSpec) -> dict[st
     env = dict(shown["runtime_env"]["env_vars"])
     env[CONFIG_ENV] = "<the config below, as JSON>"
     shown["runtime_env"] = dict(shown["runtime_env"], env_vars=env)
+    if plan.secrets:   # their values are read at submission and never shown
+        shown["secrets"] = {name: f"<${source} at submission, shipped apart from env_vars>"
+                            for name, source in plan.secrets.items()}
     if spec.cluster is not None:
         shown["cluster"] = str(spec.cluster.path)
     return shown

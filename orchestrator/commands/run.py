@@ -7,6 +7,7 @@ experiment finds the job it already started instead of starting it twice (--forc
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,9 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..errors import JobError
     from ..jobs import experiment
     from ..language.experiment import load_experiment
     from ..state import State
+    from ..util.text import hide
     from .results import show
 
     spec = load_experiment(args.experiment)
@@ -41,6 +44,12 @@ def run(args: argparse.Namespace) -> int:
     state = State.here()
     started = time.monotonic()
     plan = experiment.prepare(spec, options, info)
+    # The job's log is shown as it comes: a secret it prints (a user's exception, say) is not.
+    secrets = {name: os.environ[source] for name, source in plan.secrets.items()}
+
+    def say(text: str) -> None:
+        info(hide(text, secrets))
+
     with experiment.target(spec, state, keep=options.detach, progress=info) as (jobs, cluster):
         submission = experiment.submit(plan, spec, jobs, state, cluster, options)
         job_id = submission.job_id
@@ -61,11 +70,14 @@ def run(args: argparse.Namespace) -> int:
                 print(job_id)
             return 0
         try:
-            status = jobs.follow(job_id, experiment.epoch_printer(options.quiet, info))
+            status = jobs.follow(job_id, experiment.epoch_printer(options.quiet, say))
         except KeyboardInterrupt:
             info(experiment.leave_running(job_id, submission.cluster, state))
             return 130
-        summary = experiment.results(jobs, submission, status, started, state, info)
+        try:
+            summary = experiment.results(jobs, submission, status, started, state, say)
+        except JobError as exc:
+            raise JobError(hide(exc.message, secrets), hint=exc.hint) from None
     show(summary, args.format)
     return 0
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import JobError, OrchestrateError, StateError
+from ..errors import JobError, OrchestrateError, SpecError, StateError
 from ..language.cluster import ClusterSpec
 from ..language.experiment import ExperimentSpec
 from . import actions, report
@@ -85,6 +85,7 @@ def apply_project(ps: ProjectState, options: ApplyOptions, progress: Progress,
             raise OrchestrateError(f"the plan has destructive changes: {listed}; nothing was "
                                    f"changed", hint="review them, then apply with "
                                                     "--allow-destructive")
+        _check_submissions(planned)
         if not confirm(report.text(plan) + "\n\nApply these changes?"):
             raise OrchestrateError("cancelled; nothing was changed")
         _record_statuses(planned)  # written with the first change
@@ -95,6 +96,25 @@ def apply_project(ps: ProjectState, options: ApplyOptions, progress: Progress,
     if options.wait:  # jobs may run for hours: followed without holding the lock
         _wait(applied, ps, progress)
     return applied
+
+
+def _check_submissions(planned: Planned) -> None:
+    """What `run` refuses before submitting (an unset `from_env` variable, a wheel the upload
+    leaves out), for every experiment to submit, before the first change: a resubmit stops the
+    earlier job first, and nothing should be stopped for a job that cannot start."""
+    from ..jobs.experiment import check_environment
+
+    problems = []
+    for change in planned.plan.actions:
+        item = planned.desired.get(change.address)
+        if change.kind == "experiment" and item is not None \
+                and isinstance(item.spec, ExperimentSpec):
+            try:
+                check_environment(item.spec)
+            except SpecError as exc:
+                problems += exc.problems
+    if problems:
+        raise SpecError(problems)
 
 
 def _record_statuses(planned: Planned) -> None:

@@ -105,6 +105,8 @@ def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped) -
     cluster = spec.cluster.name if spec.cluster else None
     content = {"config": config, "cluster": cluster,
                "working_dir": shipped.digest(spec, resolved["run_config"].get("storage_path"))}
+    if spec.environment.public():   # packages, variables, secrets' names: never their values
+        content["environment"] = spec.environment.public()
     return Desired(address("experiment", spec.name), "experiment", spec.name,
                    project.relative(spec.path), config_hash(content), spec, cluster=cluster)
 

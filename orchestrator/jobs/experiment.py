@@ -95,17 +95,44 @@ def prepare(spec: ExperimentSpec, options: RunOptions, progress: Progress) -> Jo
                    f"({size_text(workdir.ray_limit())})")
         raise SpecError([spec.source.problem(("working_dir",), message, hint()) if spec.source
                          else Problem(str(spec.path), message, field="working_dir", hint=hint())])
+    check_environment(spec, shipped)
     progress(f"shipping {shipped.root} as the job's working_dir: {size}")
     if shipped.size >= workdir.WARN_BYTES:
         progress(f"  warning: that is a lot to upload with every job ({hint()})")
     return render_job(spec, shipped, resume=options.resume)
 
 
+def check_environment(spec: ExperimentSpec, shipped: workdir.WorkingDir | None = None) -> None:
+    """SpecError for what only submission can tell: a `from_env` variable this environment
+    does not set, a local requirement inside the working_dir that the upload leaves out.
+    `shipped`: what `ship(spec)` found (found here if not given)."""
+    shipped = shipped if shipped is not None else ship(spec)
+    from ..language.environment import IN_WORKING_DIR, section, unset
+
+    assert spec.source is not None
+    problems = unset(spec.source, spec.environment, os.environ)
+    key = spec.environment.installer or "pip"
+    listed = isinstance(section(spec.document).get(key), list)   # else a requirements file
+    for index, text in enumerate(spec.environment.packages):
+        relative = text[len(IN_WORKING_DIR):].strip("/")
+        if text.startswith(IN_WORKING_DIR) and not shipped.under(relative).files:
+            problems.append(spec.source.problem(
+                ("runtime_env", key, index) if listed else ("runtime_env", key),
+                f"{relative} is left out of the working_dir's upload, so the job cannot install it",
+                "an exclude, .gitignore or .rayignore pattern matches it (`wheels/` and `dist/` "
+                "are in many .gitignore files)"))
+    if problems:
+        raise SpecError(problems)
+
+
 def submit(plan: JobPlan[JobConfig], spec: ExperimentSpec, jobs: JobsClient, state: State,
            cluster: str | None, options: RunOptions) -> Submission:
+    from .secrets import shipped
+
     job_id = plan.submission_id + (f"-{int(time.time() * 1000):x}" if options.force else "")
-    created = jobs.submit(entrypoint=plan.entrypoint, runtime_env=plan.runtime_env,
-                          submission_id=job_id, metadata={"experiment": spec.name})
+    with shipped(plan.runtime_env, plan.secrets, os.environ) as runtime_env:
+        created = jobs.submit(entrypoint=plan.entrypoint, runtime_env=runtime_env,
+                              submission_id=job_id, metadata={"experiment": spec.name})
     if created:
         state.store.record_job(job_id, cluster=cluster, experiment=str(spec.path),
                                name=plan.config["run_config"].get("name") or spec.name)
@@ -146,8 +173,11 @@ def outcome(jobs: JobsClient, job_id: str, status: str, cluster: str | None,
     if status != "SUCCEEDED" or summary.get("status") != "SUCCEEDED":
         progress("\n".join(["", "last lines of the job's log:"] + log.rstrip().splitlines()[-TAIL:]))
         reason = summary.get("error") or f"the job ended {status}"
-        raise JobError(f"job {job_id} failed: {reason}",
-                       hint=f"the whole log: orchestrate logs {job_id}" if cluster else None)
+        hints = [f"the whole log: orchestrate logs {job_id}"] if cluster else []
+        if reason.startswith("ModuleNotFoundError"):
+            hints.insert(0, "a package the job needs goes under runtime_env.pip in the "
+                            "experiment file")
+        raise JobError(f"job {job_id} failed: {reason}", hint="; ".join(hints) or None)
     return summary
 
 

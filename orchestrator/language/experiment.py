@@ -14,6 +14,8 @@ from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
 from ..util.uris import is_uri
 from ..yamlload import Document, FieldPath, load_file
+from . import environment
+from .environment import Environment
 from .paths import holds, local
 from .schema import schema_problems
 
@@ -41,6 +43,7 @@ class ExperimentSpec:
     working_dir: Path
     cluster: ClusterSpec | None = None  # None: the embedded local Ray
     source: Document | None = field(repr=False, compare=False, default=None)
+    environment: Environment = field(default_factory=Environment)  # runtime_env: pip, env_vars
 
 
 def is_experiment_document(data: dict[str, Any]) -> bool:
@@ -200,12 +203,14 @@ def build_experiment(doc: Document, path: Path, *, here: bool = True) -> Experim
     problems += _model_problems(doc, data) + _trainer_problems(doc, data)
     problems += _preprocessor_problems(doc, data) + _tune_problems(doc, data)
     problems += _path_problems(doc, data, base, working_dir)
+    problems += environment.problems(doc, base, working_dir, remote="cluster" in data)
     cluster, cluster_problems = cluster_of(doc, data, base, here)
     problems += cluster_problems
     if problems:
         raise SpecError(problems)
     return ExperimentSpec(path=path, name=data["name"], trainer=data["trainer"], document=data,
-                          working_dir=working_dir, cluster=cluster, source=doc)
+                          working_dir=working_dir, cluster=cluster, source=doc,
+                          environment=environment.resolve(doc, base, working_dir))
 
 
 def load_experiment(path: str | Path, *, here: bool = True) -> ExperimentSpec:

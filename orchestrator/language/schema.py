@@ -67,6 +67,8 @@ def _allowed_keys(schema: dict[str, Any]) -> list[str]:
 def _translate(error: ValidationError, doc: Document) -> list[Problem]:
     path = tuple(error.absolute_path)
     v, value, schema = error.validator, error.instance, error.schema
+    if "propertyNames" in error.schema_path and isinstance(value, str):
+        path += (value,)   # a key that is not allowed: its own line and field
     custom = schema.get("x-message") if isinstance(schema, dict) else None
     if v == "additionalProperties" and isinstance(value, dict):
         allowed = _allowed_keys(schema)

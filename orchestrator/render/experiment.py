@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .. import contract
 from ..contract import DatasetSection, JobConfig, PredictConfig, RunSection, ScalingSection, TuneSection
+from ..language.environment import IN_WORKING_DIR, Environment
 from ..language.experiment import ExperimentSpec
 from ..util.uris import is_uri
 from ..util.workdir import WorkingDir, excludes_for, scan
@@ -29,6 +30,9 @@ class JobPlan(Generic[Config]):
     runtime_env: dict[str, Any]
     config: Config
     submission_id: str
+    # The job's variables whose values come from the submitting environment (job's name ->
+    # submitter's name); `jobs.secrets` ships the values apart from the runtime_env.
+    secrets: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"submission_id": self.submission_id, "entrypoint": self.entrypoint,
@@ -111,8 +115,12 @@ def guess_format(path: str) -> str:
     return {"csv": "csv", "json": "json", "jsonl": "json", "npy": "numpy"}.get(suffix, "parquet")
 
 
-def submission_id(config: JobConfig, working_dir_digest: str) -> str:
+def submission_id(config: JobConfig, working_dir_digest: str,
+                  environment: dict[str, Any] | None = None) -> str:
+    """`environment`: `Environment.public()` (names of secrets, never their values)."""
     content = json.dumps(config, sort_keys=True) + working_dir_digest
+    if environment:
+        content += json.dumps(environment, sort_keys=True)
     return f"orchestrate-{config['name']}-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
 
 
@@ -121,21 +129,50 @@ def render_job(spec: ExperimentSpec, shipped: WorkingDir, *,
     """`shipped`: what `ship(spec)` found in the working_dir; its digest is part of the id."""
     config = resolve_config(spec)
     config["resume"] = resume
+    environment = spec.environment
     return JobPlan(entrypoint=contract.ENTRYPOINT,
-                   runtime_env=runtime_env(contract.encode(config), spec.working_dir, shipped),
-                   config=config, submission_id=submission_id(config, shipped.digest()))
+                   runtime_env=runtime_env(contract.encode(config), spec.working_dir, shipped,
+                                           environment),
+                   config=config,
+                   submission_id=submission_id(config, shipped.digest(), environment.public()),
+                   secrets=dict(environment.secrets))
 
 
-def runtime_env(encoded: str, working_dir: Path | None, shipped: WorkingDir | None) -> dict[str, Any]:
+def runtime_env(encoded: str, working_dir: Path | None, shipped: WorkingDir | None,
+                environment: Environment | None = None) -> dict[str, Any]:
     """The job's runtime_env: orchestrate's package, the configuration, and the working_dir with
-    the excludes `shipped` was scanned with (none: the job ships no working_dir)."""
+    the excludes `shipped` was scanned with (none: the job ships no working_dir); the
+    experiment's packages, plain variables and Ray's `config` (its secrets travel apart)."""
+    environment = environment or Environment()
     env: dict[str, Any] = {}
     if working_dir is not None and shipped is not None:
         env.update(working_dir=str(working_dir), excludes=list(shipped.excludes))
+    if environment.installer:
+        env[environment.installer] = [_with_digest(text, shipped) for text in environment.packages]
     env.update(py_modules=[package_dir()],
-               env_vars={contract.CONFIG_ENV: encoded, "RAY_USAGE_STATS_ENABLED": "0"},
+               env_vars={"RAY_USAGE_STATS_ENABLED": "0", **environment.env_vars,
+                         **secret_names(environment), contract.CONFIG_ENV: encoded},
                worker_process_setup_hook=contract.WORKER_SETUP)
+    if environment.config:
+        env["config"] = dict(environment.config)
     return env
+
+
+def secret_names(environment: Environment) -> dict[str, str]:
+    """The names (never the values) of the secrets the job must find (`contract.SECRET_NAMES_ENV`):
+    a job whose secrets' package did not arrive fails instead of running without them."""
+    if not environment.secrets:
+        return {}
+    return {contract.SECRET_NAMES_ENV: ",".join(sorted(environment.secrets))}
+
+
+def _with_digest(requirement: str, shipped: WorkingDir | None) -> str:
+    """A local requirement inside the working_dir with a digest of its files as shipped: Ray
+    keys its pip cache by the lines' text, so a rebuilt wheel must change the line."""
+    if shipped is None or not requirement.startswith(IN_WORKING_DIR):
+        return requirement
+    files = shipped.under(requirement[len(IN_WORKING_DIR):])
+    return f"{requirement} # sha256:{files.digest()[:16]}"
 
 
 def ship(spec: ExperimentSpec) -> WorkingDir:

@@ -24,3 +24,11 @@ def size_text(count: float) -> str:
         if count < 1024:
             return f"{count:.1f} {unit}"
     return f"{count / 1024:.1f} GiB"
+
+
+def hide(text: str, secrets: dict[str, str]) -> str:
+    """`text` with each of the secrets' values (4 characters or more) shown as `***`."""
+    for value in sorted(secrets.values(), key=len, reverse=True):
+        if len(value) >= 4:
+            text = text.replace(value, "***")
+    return text

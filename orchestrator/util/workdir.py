@@ -53,6 +53,14 @@ class WorkingDir:
             totals[top] = totals.get(top, 0) + size
         return sorted(totals.items(), key=lambda item: -item[1])[:count]
 
+    def under(self, prefix: str) -> WorkingDir:
+        """The files at or below `prefix` (a path relative to root; "" or ".": all of them)."""
+        prefix = prefix.strip("/")
+        if prefix in ("", "."):
+            return self
+        files = tuple(f for f in self.files if f[0] == prefix or f[0].startswith(prefix + "/"))
+        return WorkingDir(self.root, self.excludes, files)
+
     def digest(self) -> str:
         """sha256 over the shipped files' names and contents."""
         digest = hashlib.sha256()

@@ -12,17 +12,23 @@ from .. import contract
 
 
 def main() -> int:
+    from .worker import forget_secrets, hide, load_secrets
+
     started = time.monotonic()
+    secrets: dict[str, str] = {}
     try:
+        secrets = load_secrets()
         config = contract.decode(os.environ.get(contract.CONFIG_ENV))
         summary = run(config)
     except Exception as exc:  # noqa: BLE001 - the job's log is where the traceback belongs
-        traceback.print_exc()
-        error = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        print(hide(traceback.format_exc(), secrets), end="", file=sys.stderr, flush=True)
+        error = hide(f"{type(exc).__name__}: {exc}", secrets).splitlines()[0][:500]
         if isinstance(exc, ModuleNotFoundError):   # name the interpreter that lacks it
             error += f" (in {sys.executable}, the Python the job runs under)"
         print(contract.result_line({"status": "FAILED", "error": error}), flush=True)
         return 1
+    finally:
+        forget_secrets()
     print(f"orchestrate: done in {time.monotonic() - started:.1f} s "
           f"({summary.get('status')})", flush=True)
     return 0

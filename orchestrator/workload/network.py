@@ -1,5 +1,6 @@
-"""Run in every worker process of the job (runtime_env `worker_process_setup_hook`): point Gloo
-and NCCL at the network interface that carries this node's Ray address.
+"""Run in every worker process of the job (by `worker.setup`, the runtime_env's
+`worker_process_setup_hook`): point Gloo and NCCL at the network interface that carries this
+node's Ray address.
 
 Without it, each torch worker takes the address its hostname resolves to, and on hosts whose
 `/etc/hosts` maps the hostname to loopback (Debian's `127.0.1.1 <hostname>` line) a multi-host

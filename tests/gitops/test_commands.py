@@ -226,3 +226,23 @@ def test_a_cluster_started_before_the_project_keeps_its_token(project, aws_env):
     ensure_token("gpu", ps, None, local, create=True)
     assert ps.tokens.fetch(cluster_key("gpu")) == running
     assert local.secrets.read(cluster_key("gpu")) == running
+
+
+def test_apply_checks_every_submission_before_its_first_change(project, monkeypatch):
+    """A resubmit stops the earlier job first: an experiment that `run` would refuse (here a
+    `from_env` variable the runner does not set) must stop apply before anything changes."""
+    record_applied(project)
+    monkeypatch.delenv("MNIST_TOKEN", raising=False)
+    changed = experiment("mnist", "../clusters/gpu.yaml")
+    changed["runtime_env"] = {"env_vars": {"TOKEN": {"from_env": "MNIST_TOKEN"}}}
+    path = project.write("experiments", "mnist", changed)
+    before = cli(project, "state", "list", "--format", "json").stdout
+    plan = cli(project, "plan", "--refresh=false")
+    assert "experiment/mnist: resubmit" in plan.stdout, plan.stdout + plan.stderr
+
+    done = cli(project, "apply", "-y", "--allow-destructive")
+    assert done.returncode == 1
+    assert f"{path}:" in done.stderr and "runtime_env.env_vars.TOKEN.from_env: MNIST_TOKEN is " \
+                                         "not set in this environment" in done.stderr
+    assert "experiment/mnist: resubmit" not in done.stderr   # no change was begun
+    assert cli(project, "state", "list", "--format", "json").stdout == before

@@ -70,6 +70,18 @@ CASES = {
     "provider-empty.yaml": (3, "provider", "expected a mapping, got null"),
     "booleans-for-strings.yaml": (3, "auth.ssh_user", "expected a string, got boolean true"),
     "exp-as-cluster.yaml": (1, "", "this is an experiment file, not a cluster file"),
+    "exp-env-boolean.yaml": (8, "runtime_env.env_vars.FLAG",
+                             "expected a string or a number (quote 'true' and 'false'), or "
+                             "{from_env: NAME}, got boolean true"),
+    "exp-env-reserved.yaml": (7, "runtime_env.env_vars.ORCHESTRATE_EXPERIMENT",
+                              "ORCHESTRATE_EXPERIMENT is orchestrate's own variable"),
+    "exp-env-bad-name.yaml": (7, "runtime_env.env_vars.my-var",
+                              "expected an environment variable name"),
+    "exp-pip-not-a-requirement.yaml": (8, "runtime_env.pip[1]",
+                                       "; did you mean 'numpy==1.2'?)"),
+    "exp-pip-and-uv.yaml": (7, "runtime_env.uv", "give either 'pip' or 'uv', not both"),
+    "exp-requirements-missing.yaml": (6, "runtime_env.pip", "the requirements file "
+                                      "'no-such-requirements.txt' does not exist"),
     "svc-zero-replicas.yaml": (3, "replicas", "must be >= 1, got integer 0"),
     "svc-unknown-experiment.yaml": (3, "model.experiment", "'no/such/experiment.yaml' does not exist"),
     "svc-replicas-and-autoscaling.yaml": (4, "autoscaling", "either 'replicas' or 'autoscaling', not both"),
