@@ -14,7 +14,7 @@ LAYERS = [
     {"providers", "state", "workload"},
     {"language"},
     {"render"},
-    {"endpoint"},
+    {"endpoint", "signin"},
     {"cluster", "embedded"},
     {"jobs", "gitops"},
     {"commands", "cli", "__main__"},

@@ -20,7 +20,7 @@ from typing import IO
 from .. import providers
 from ..errors import ClusterError
 from ..state import State, cluster_key
-from ..util.processes import dies_with_parent, ray_command, stop_child_group
+from ..util.processes import dies_with_parent, handing_signals_to, ray_command, stop_child_group
 from . import local_nodes
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -94,6 +94,9 @@ def diagnose(output: str) -> str:
     for needle, what, hint in DIAGNOSES:
         if needle in output:
             return f"{what} ({hint})"
+    said = [line.strip() for line in output.splitlines() if line.startswith("rsync: ")]
+    if said:  # rsync's own reason, not Ray's "SSH command failed" after it
+        return said[-1].replace("[Receiver] ", "").replace("[sender] ", "")
     meaningful = [line for line in output.splitlines()
                   if line.strip() and not line.lstrip().startswith(("at ", "File "))]
     return meaningful[-1].strip() if meaningful else "no output"
@@ -132,7 +135,8 @@ class RayLauncher:
     def _scratch(self, name: str) -> Path:
         return self.state.store.workspace(name) / "launcher"
 
-    def _env(self, name: str, provider: str) -> dict[str, str]:
+    def environment(self, name: str, provider: str) -> dict[str, str]:
+        """What every `ray` command of this cluster runs with (Ray's own clients included)."""
         scratch = self._scratch(name)
         return {"RAY_TMPDIR": str(scratch), "TMPDIR": str(scratch),
                 **providers.get(provider).launcher_env()}
@@ -159,12 +163,12 @@ class RayLauncher:
                 "--log-color", "false"] + ([] if restart else ["--no-restart"])
         self._mend(name, config_file, for_teardown=False)
         run_ray(args, log_path=self._log(name, "up.log"), progress=self.progress,
-                timeout=timeout, env=self._env(name, provider), secrets=self._secrets(name))
+                timeout=timeout, env=self.environment(name, provider), secrets=self._secrets(name))
 
     def head_address(self, name: str, provider: str, config_file: Path) -> str:
         output = run_ray(["get-head-ip", str(config_file)], progress=lambda _: None,
                          log_path=self._log(name, "up.log"), timeout=120,
-                         env=self._env(name, provider), secrets=self._secrets(name))
+                         env=self.environment(name, provider), secrets=self._secrets(name))
         lines = [line.strip() for line in output.splitlines() if line.strip()]
         if not lines:
             raise ClusterError("`ray get-head-ip` printed no address")
@@ -174,7 +178,25 @@ class RayLauncher:
         self._mend(name, config_file, for_teardown=True)
         run_ray(["down", str(config_file), "-y", "--log-style", "record", "--log-color", "false"],
                 log_path=self._log(name, "down.log"), progress=self.progress, timeout=timeout,
-                env=self._env(name, provider), secrets=self._secrets(name))
+                env=self.environment(name, provider), secrets=self._secrets(name))
+
+    def attach(self, name: str, provider: str, config_file: Path, options: list[str]) -> int:
+        """`ray attach` on this terminal (not logged: it is the user's shell); its exit code."""
+        environment = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
+                       **self.environment(name, provider)}
+        argv = ray_command("attach", str(config_file), "--no-config-cache", *options)
+        process = subprocess.Popen(argv, env=environment,
+                                   preexec_fn=dies_with_parent())  # noqa: PLW1509 - one C call
+        with handing_signals_to(process):
+            return process.wait()
+
+    def rsync(self, name: str, provider: str, config_file: Path, *, down: bool, source: str,
+              target: str, all_nodes: bool = False) -> None:
+        verb = "rsync-down" if down else "rsync-up"
+        args = [verb, str(config_file), source, target, "--log-style", "record",
+                "--log-color", "false"] + (["--all-nodes"] if all_nodes else [])
+        run_ray(args, log_path=self._log(name, "rsync.log"), progress=self.progress,
+                timeout=3600, env=self.environment(name, provider), secrets=self._secrets(name))
 
     def log_path(self, name: str, action: str) -> Path:
         return self._log(name, f"{action}.log")

@@ -37,3 +37,8 @@ def only_cluster(state: State, verb: str) -> ClusterRecord:
 
 def optional_cluster(argument: str | None, state: State) -> ClusterRecord | None:
     return cluster(argument, state) if argument else None
+
+
+def named_or_only(argument: str | None, state: State, verb: str) -> ClusterRecord:
+    """The cluster named (or whose YAML is given), else the only one recorded."""
+    return cluster(argument, state) if argument else only_cluster(state, verb)

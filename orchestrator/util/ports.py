@@ -22,6 +22,16 @@ def free_port(host: str = "127.0.0.1") -> int:
     return free_ports(1, host)[0]
 
 
+def is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Nothing listens on `port` (and we may bind it) right now."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 # Addresses that only this machine (or a head, of itself) can reach.
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

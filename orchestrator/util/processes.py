@@ -11,7 +11,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ..errors import require
 from .waiting import until
@@ -131,3 +132,25 @@ def kill_naming(fragment: str) -> None:
         if any(arg.endswith(needle) or needle + "/" in arg for arg in args):
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+
+
+@contextlib.contextmanager
+def handing_signals_to(child: subprocess.Popen[Any]) -> Iterator[None]:
+    """While `child` owns the terminal. Ctrl-C is the child's: a shell sends it to the whole
+    foreground group, ssh passes it on (at a TTY, as a keystroke). Our handler does nothing,
+    but, unlike SIG_IGN, is not inherited, so the child still gets SIGINT's default. SIGTERM
+    and SIGHUP (the terminal closed) are passed to the child, so it never outlives us."""
+    def nothing(*_: object) -> None:
+        return
+
+    def pass_on(number: int, _frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(number)
+
+    before = {number: signal.signal(number, handler) for number, handler in
+              ((signal.SIGINT, nothing), (signal.SIGTERM, pass_on), (signal.SIGHUP, pass_on))}
+    try:
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
