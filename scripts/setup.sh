@@ -17,6 +17,11 @@ command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || need_apt+=(util-linux)
 # A Python without Ray, put first on a test host's PATH as a pyenv .bashrc would (Debian's).
 [ -x /usr/bin/python3 ] || need_apt+=(python3)
+# The dashboard's test in a real headless browser (Selenium drives Debian's build: browsers
+# that download themselves at install time cannot be fetched on these machines).
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
+[ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
+[ -d /usr/share/fonts/truetype/liberation ] || need_apt+=(fonts-liberation)  # a readable screenshot
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         export DEBIAN_FRONTEND=noninteractive

@@ -52,3 +52,30 @@ def at_terminal(args: list[str], env: dict, answers: dict[str, str], timeout: fl
             process.kill()
             process.wait()
         os.close(leader)
+
+
+def stop(process: Any, number: int) -> tuple[str, str]:
+    """Send signal `number` to a Popen; its output once it ended (killed, and the test failed,
+    if it did not end within 30 s)."""
+    import subprocess
+
+    process.send_signal(number)
+    try:
+        return process.communicate(timeout=30)  # type: ignore[no-any-return]
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        raise AssertionError(f"it did not end on signal {number}:\n{err}") from None
+
+
+def read_json_object(process: Any) -> dict:
+    """The first JSON object a Popen (text mode) prints on stdout, indented over several lines
+    (`--format json`); AssertionError with its stderr if it ends without one."""
+    import json
+
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.rstrip() == "}":
+            return json.loads("".join(lines))  # type: ignore[no-any-return]
+    raise AssertionError(f"no JSON printed; stderr:\n{process.stderr.read()}")
