@@ -40,16 +40,16 @@ class Endpoint:
 
 @contextlib.contextmanager
 def open_cluster(record: ClusterRecord, state: State, *, timeout: float = 20) -> Iterator[Endpoint]:
-    token = state.secrets.read(cluster_key(record.name))
-    label = f"cluster {record.name}"
-    head = _head_ip(record)
-    if not record.tunneled:
-        yield Endpoint(record.address or f"http://{head}:{record.dashboard_port}", token, label)
+    """The cluster's dashboard for jobs: its address when it is reachable directly, else the
+    forward `open_dashboard` opens."""
+    if record.tunneled:
+        with open_dashboard(record, state, local_port=None, timeout=timeout) as endpoint:
+            yield endpoint
         return
-    config = rendered(record, state)
-    with forward(config.get("auth") or {}, head, record.dashboard_port,
-                 timeout=timeout) as port:
-        yield Endpoint(f"http://127.0.0.1:{port}", token, label, FORWARD)
+    token = state.secrets.read(cluster_key(record.name))
+    head = _head_ip(record)
+    yield Endpoint(record.address or f"http://{head}:{record.dashboard_port}", token,
+                   f"cluster {record.name}")
 
 
 def _head_ip(record: ClusterRecord) -> str:
