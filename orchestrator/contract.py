@@ -4,9 +4,11 @@ the jobs client (here); nothing else spells these names.
 
 In:  the job's environment variable CONFIG_ENV holds the resolved configuration (`JobConfig`,
      JSON, with `version` CONFIG_VERSION); the entrypoint is ENTRYPOINT.
-Out: one line per epoch, `EPOCH_MARK {json}`, and at the end `RESULT_MARK {json}` (the run's
-     summary; `{"status": "FAILED", "error": ...}` on failure), anywhere in a log line, since
-     Ray prefixes lines printed by its actors. Files go to `<run folder>/RESULTS_FOLDER/`.
+Out: one line per epoch, `EPOCH_MARK {json}` (a Tune trial's carries `"trial": id`), one per
+     change of a Tune trial's state, `TRIAL_MARK {json}`, and at the end `RESULT_MARK {json}`
+     (the run's summary; `{"status": "FAILED", "error": ...}` on failure), anywhere in a log
+     line, since Ray prefixes lines printed by its actors. Files go to
+     `<run folder>/RESULTS_FOLDER/`.
 """
 from __future__ import annotations
 
@@ -33,7 +35,14 @@ WORKER_SETUP = f"{WORKLOAD_MODULE}.worker.setup"   # runtime_env worker_process_
 SECRETS_MODULE = "orchestrate_job_secrets"
 SECRET_NAMES_ENV = "ORCHESTRATE_SECRET_NAMES"   # their names (comma-separated), in env_vars
 EPOCH_MARK = "ORCHESTRATE_EPOCH "
+TRIAL_MARK = "ORCHESTRATE_TRIAL "
 RESULT_MARK = "ORCHESTRATE_RESULT "
+MARKS_PATTERN = "ORCHESTRATE_(EPOCH|TRIAL|RESULT) "   # a regex matching any of the three
+# `tracking.mlflow`: the credentials MLflow's client reads from its environment. Taken from the
+# environment of `orchestrate run` when set there and shipped as the job's secrets.
+MLFLOW_CREDENTIALS = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME",
+                      "MLFLOW_TRACKING_PASSWORD")
+MLFLOW_RUN_FILE = "mlflow.json"   # in the run's RESULTS_FOLDER: the MLflow run it logs to
 RESULTS_FOLDER = "orchestrate"
 WORKLOADS = ("train", "predict")
 # What a training run leaves for prediction, in `<run folder>/RESULTS_FOLDER/`: the model card
@@ -89,7 +98,22 @@ class TuneSection(TypedDict):
     tune_config: dict[str, Any]
 
 
-class JobConfig(TypedDict):
+class TrackingSection(TypedDict):
+    """`tracking.mlflow`, resolved: where the run is logged and what identifies its source."""
+    tracking_uri: str               # a server URL, or an absolute path / file: URI (a file store)
+    experiment_name: str
+    tags: dict[str, str]
+    log_artifacts: bool
+    experiment_file: str            # the experiment YAML, absolute
+    experiment_sha256: str          # of its bytes
+    orchestrate_version: str
+
+
+class _JobConfigOptional(TypedDict, total=False):
+    tracking: TrackingSection | None   # absent: not tracked (and in configs from before tracking)
+
+
+class JobConfig(_JobConfigOptional):
     version: int
     workload: str
     name: str
@@ -192,6 +216,15 @@ def _marked(line: str, mark: str) -> dict[str, Any] | None:
 def parse_epoch(line: str) -> dict[str, Any] | None:
     """The metrics of an epoch line, or None for any other line."""
     return _marked(line, EPOCH_MARK)
+
+
+def trial_line(state: dict[str, Any]) -> str:
+    return TRIAL_MARK + json.dumps(state, default=str)
+
+
+def parse_trial(line: str) -> dict[str, Any] | None:
+    """A Tune trial's state line ({"trial", "state", "config"}), or None for any other line."""
+    return _marked(line, TRIAL_MARK)
 
 
 def is_result_line(line: str) -> bool:

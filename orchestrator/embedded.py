@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from .contract import MLFLOW_CREDENTIALS
 from .endpoint import EMBEDDED, Endpoint
 from .errors import JobError, OrchestrateError
 from .state import SecretStore, home
@@ -131,7 +132,10 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
         "--min-worker-port", "0", "--max-worker-port", "0", "--num-cpus", str(num_cpus),
     )
     secrets.replace(TOKEN_KEY)  # a new one per instance
-    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN"}  # would win over the file
+    # RAY_AUTH_TOKEN would win over the file; MLflow's credentials go to the jobs that need
+    # them as their secrets, not into every process of a Ray that may outlive the run.
+    env = {k: v for k, v in os.environ.items()
+           if k != "RAY_AUTH_TOKEN" and k not in MLFLOW_CREDENTIALS}
     env.update(client_environment(secrets))
     # Ray processes that look for "their" cluster (Train's placement-group cleaner does) would
     # find every Ray on the host and give up; point them at this one.

@@ -39,6 +39,7 @@ class Document:
     file: str
     data: dict[str, Any]
     lines: dict[FieldPath, tuple[int, int]]  # field path -> (line, column), 1-based
+    sha256: str = ""                         # of the file's bytes (`load_file`)
 
     def line_of(self, path: FieldPath) -> int | None:
         """Line of the field, or of its nearest written parent (a missing key's mapping)."""
@@ -301,4 +302,7 @@ def load_file(path: str | Path) -> Document:
         raise SpecError(
             [Problem(name, f"the file is not UTF-8 text (bad byte at offset {exc.start})")]
         ) from None
-    return load_text(text, name)
+    import dataclasses
+    import hashlib
+
+    return dataclasses.replace(load_text(text, name), sha256=hashlib.sha256(raw).hexdigest())

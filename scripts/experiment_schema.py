@@ -142,6 +142,31 @@ def build() -> dict:
                         }},
                 },
             },
+            "tracking": {
+                "type": "object", "additionalProperties": False, "required": ["mlflow"],
+                "description": "every run logged to MLflow: parameters, per-epoch metrics, "
+                               "the plot, summary and rendered experiment",
+                "properties": {
+                    "mlflow": {
+                        "type": "object", "additionalProperties": False,
+                        "properties": {
+                            "tracking_uri": {
+                                "type": "string", "minLength": 1,
+                                "description": "a tracking server's http(s) URL, or a folder (a "
+                                               "file store; relative to this file). Default: "
+                                               "$MLFLOW_TRACKING_URI"},
+                            "experiment_name": {
+                                "type": "string", "minLength": 1,
+                                "description": "MLflow's experiment; default: this one's name"},
+                            "tags": {"type": "object", "additionalProperties": {
+                                "type": ["string", "number", "boolean"]}},
+                            "log_artifacts": {
+                                "type": "boolean",
+                                "description": "the plot, summary and rendered experiment as "
+                                               "the run's artifacts (default: true)"},
+                        }},
+                },
+            },
         },
     }
 

@@ -39,3 +39,9 @@ fi
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+# The tracking tests' MLflow server (`mlflow server`, SQLite backend), in a venv of its own: the
+# full mlflow package pins pyarrow below what Ray uses here; the project needs only the client.
+if [ ! -x .venv-mlflow/bin/mlflow ]; then
+    "$PYTHON" -m venv .venv-mlflow
+    .venv-mlflow/bin/python -m pip install -q --disable-pip-version-check "mlflow==3.17.2"
+fi

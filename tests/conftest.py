@@ -29,6 +29,7 @@ ISOLATED_ENV = {
     # google-auth compares with the lowercase "true" only, once, when it is first imported.
     "NO_GCE_CHECK": "true",
     "RAY_USAGE_STATS_ENABLED": "0",
+    "MLFLOW_DISABLE_TELEMETRY": "true",   # MLflow 3 would report usage from the tracking tests
     "AWS_CONFIG_FILE": os.devnull,
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }
@@ -50,6 +51,10 @@ def _isolated(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("ORCHESTRATE_HOME", str(home / ".orchestrate"))
     for key, value in ISOLATED_ENV.items():
         monkeypatch.setenv(key, value)
+    # The runner's own MLflow settings must not reach a test's runs (the tracking tests set them).
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME",
+                "MLFLOW_TRACKING_PASSWORD", "MLFLOW_ALLOW_FILE_STORE"):
+        monkeypatch.delenv(key, raising=False)
     yield
 
 
@@ -79,7 +84,7 @@ def state():
 
 
 # What the suite may start: Ray's daemons, sshds of the test hosts, moto's server, `ray up`.
-STARTED_BY_TESTS = (r"raylet|gcs_server|dashboard/agent|sshd -D -e -f|moto\.server|"
+STARTED_BY_TESTS = (r"raylet|gcs_server|dashboard/agent|sshd -D -e -f|moto\.server|\.venv-mlflow/|"
                     r"ray\.scripts\.scripts (up|down)")
 
 

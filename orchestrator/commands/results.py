@@ -1,21 +1,27 @@
-"""orchestrate results RUN: a finished run's metrics, best checkpoint and plot."""
+"""orchestrate results RUN [RUN...]: a finished run's metrics, best checkpoint and plot (a Tune
+run's trials ranked); several runs side by side, with one plot of all their curves."""
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
-from ..output import add_format_argument, emit_json, print_table
+from ..output import add_format_argument, emit_json, info, print_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", metavar="RUN",
-                        help="a run name, a job id, or the run's folder (path or URI)")
+    parser.add_argument("runs", metavar="RUN", nargs="+",
+                        help="a run name, a job id, or the run's folder (path or URI); several "
+                             "to compare them")
+    parser.add_argument("--plot", metavar="FILE.png", type=Path,
+                        help="where the comparison's plot goes (default: beside orchestrate's "
+                             "state, the path is printed)")
     add_format_argument(parser)
 
 
 def show(summary: dict[str, Any], fmt: str = "text") -> None:
-    """The results table shared with `orchestrate run`."""
+    """One run's results (shared with `orchestrate run`)."""
     if fmt == "json":
         emit_json(summary)
         return
@@ -26,7 +32,30 @@ def show(summary: dict[str, Any], fmt: str = "text") -> None:
                        ("run_path", "run folder"), ("history_csv", "history"), ("plot", "plot")):
         if summary.get(key) is not None:
             rows.append([label, _number(summary[key])])
+    tracking = summary.get("tracking") or {}
+    if tracking.get("run_id"):
+        rows.append(["mlflow run", f"{tracking['run_id']} ({tracking.get('tracking_uri')})"])
+    if tracking.get("error"):
+        rows.append(["mlflow", f"not finished: {tracking['error']}"])
     print_table(rows, [f"RUN {summary.get('name', '')}", summary.get("status", "")])
+    if summary.get("trials"):
+        print()
+        _show_trials(summary)
+
+
+def _show_trials(summary: dict[str, Any]) -> None:
+    from ..jobs.compare import trials
+    from ..util.text import differing, flatten
+
+    ranked = trials(summary)
+    params = [t.get("params") or flatten(t.get("config") or {}) for t in ranked]
+    keys = differing(params) or sorted({k for p in params for k in p})
+    metric = summary.get("metric") or ""
+    print_table([[t.get("trial_id"), *[p.get(k) for k in keys], _number(t.get(metric)),
+                  t.get("epochs", ""), "error" if t.get("error") else "ok"]
+                 for t, p in zip(ranked, params, strict=True)],
+                ["TRIAL", *[k.rsplit(".", 1)[-1] for k in keys],
+                 f"{metric} ({summary.get('mode') or 'min'})", "EPOCHS", "STATUS"])
 
 
 def _number(value: object) -> str:
@@ -37,5 +66,35 @@ def run(args: argparse.Namespace) -> int:
     from ..jobs.experiment import find_results
     from ..state import State
 
-    show(find_results(args.run, State.here()), args.format)
+    state = State.here()
+    summaries = [find_results(key, state) for key in args.runs]
+    if len(summaries) == 1:
+        show(summaries[0], args.format)
+        return 0
+    from ..errors import require
+    from ..jobs import compare
+    from ..state import home
+
+    require("pyarrow", "pyarrow", "ray")          # the histories, where the runs wrote them
+    require("matplotlib", "matplotlib", "ray")    # the plot
+
+    histories = [compare.history_of(s) for s in summaries]
+    table = compare.comparison(summaries, histories)
+    png = compare.overlay(summaries, histories, table["params"])
+    if png is not None:
+        names = "-vs-".join(compare.label(s) for s in summaries)[:120]
+        path = args.plot or home() / "plots" / f"compare-{names}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(png)
+        table["plot"] = str(path)
+    if args.format == "json":
+        emit_json(dict(table, summaries=summaries))
+        return 0
+    rows = [[key, *map(_number, values)] for key, values in table["params"].items()]
+    rows += [[f"{m} (final)", *map(_number, v)] for m, v in table["final"].items()]
+    rows += [[f"{m} (best)", *map(_number, v)] for m, v in table["best"].items()]
+    print_table(rows or [["(no parameter or metric to compare)"] + [""] * len(summaries)],
+                ["", *table["runs"]])
+    if "plot" in table:
+        info(f"plot: {table['plot']}")
     return 0

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from ..output import add_format_argument, emit_json, info
 
 if TYPE_CHECKING:
+    from ..contract import JobConfig
+    from ..jobs import progress
     from ..state import State
 
 
@@ -25,8 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="submit even if this exact experiment was already submitted")
     parser.add_argument("--resume", action="store_true",
                         help="continue the run from its latest checkpoint")
-    parser.add_argument("-q", "--quiet", action="store_true",
-                        help="show per-epoch progress only, not the job's whole log")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("-v", "--verbose", action="store_true",
+                       help="stream the job's whole log (Ray's own lines too); it always goes "
+                            "to a file whose path is printed")
+    shown.add_argument("-q", "--quiet", action="store_true",
+                       help="one line per epoch, no live status line even at a terminal (the "
+                            "default off a terminal)")
     add_format_argument(parser)
 
 
@@ -69,17 +76,40 @@ def run(args: argparse.Namespace) -> int:
             else:
                 print(job_id)
             return 0
+        display = _display(args, plan.config, job_id, secrets)
         try:
-            status = jobs.follow(job_id, experiment.epoch_printer(options.quiet, say))
+            status = jobs.follow(job_id, display.on_line)
         except KeyboardInterrupt:
+            display.close()
             info(experiment.leave_running(job_id, submission.cluster, state))
             return 130
+        finally:
+            display.close()   # the status line cleared, the log file closed (also on an error)
         try:
             summary = experiment.results(jobs, submission, status, started, state, say)
         except JobError as exc:
-            raise JobError(hide(exc.message, secrets), hint=exc.hint) from None
+            hint = "; ".join(h for h in (exc.hint, f"the log as followed here: {display.log_path}") if h)
+            raise JobError(hide(exc.message, secrets), hint=hint) from None
     show(summary, args.format)
     return 0
+
+
+def _display(args: argparse.Namespace, config: JobConfig, job_id: str,
+             secrets: dict[str, str]) -> progress.Display:
+    """The job's log to a file; on the screen what -v / -q / a terminal ask for."""
+    import sys
+
+    from ..jobs import progress
+    from ..state import home
+    from ..util.text import hide
+
+    mode = (progress.VERBOSE if args.verbose else
+            progress.LIVE if sys.stderr.isatty() and not args.quiet else progress.LINES)
+    log_path = home() / "logs" / f"{job_id}.log"
+    if mode != progress.VERBOSE:
+        info(f"the job's whole log: {log_path} (-v shows it here)")
+    return progress.Display(mode, epochs=progress.total_epochs(config), log_path=log_path,
+                            hide=lambda text: hide(text, secrets))
 
 
 def _record_in_project(path: Path, job_id: str, cluster: str | None, state: State) -> None:

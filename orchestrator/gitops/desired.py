@@ -102,6 +102,9 @@ def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped) -
 
     resolved = resolve_config(spec)
     config = replace_strings(dict(resolved), _marks(project.root, None))
+    if config.get("tracking"):   # what names the source, not what runs: no drift from it
+        config["tracking"] = {k: v for k, v in config["tracking"].items() if k not in (
+            "experiment_file", "experiment_sha256", "orchestrate_version")}
     cluster = spec.cluster.name if spec.cluster else None
     content = {"config": config, "cluster": cluster,
                "working_dir": shipped.digest(spec, resolved["run_config"].get("storage_path"))}

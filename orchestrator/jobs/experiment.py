@@ -95,17 +95,19 @@ def prepare(spec: ExperimentSpec, options: RunOptions, progress: Progress) -> Jo
                    f"({size_text(workdir.ray_limit())})")
         raise SpecError([spec.source.problem(("working_dir",), message, hint()) if spec.source
                          else Problem(str(spec.path), message, field="working_dir", hint=hint())])
-    check_environment(spec, shipped)
+    check_environment(spec, shipped, progress)
     progress(f"shipping {shipped.root} as the job's working_dir: {size}")
     if shipped.size >= workdir.WARN_BYTES:
         progress(f"  warning: that is a lot to upload with every job ({hint()})")
     return render_job(spec, shipped, resume=options.resume)
 
 
-def check_environment(spec: ExperimentSpec, shipped: workdir.WorkingDir | None = None) -> None:
+def check_environment(spec: ExperimentSpec, shipped: workdir.WorkingDir | None = None,
+                      progress: Progress = lambda _: None) -> None:
     """SpecError for what only submission can tell: a `from_env` variable this environment
-    does not set, a local requirement inside the working_dir that the upload leaves out.
-    `shipped`: what `ship(spec)` found (found here if not given)."""
+    does not set, a local requirement inside the working_dir that the upload leaves out, a
+    tracking URI that cannot work (`jobs.tracking`). `shipped`: what `ship(spec)` found (found
+    here if not given)."""
     shipped = shipped if shipped is not None else ship(spec)
     from ..language.environment import IN_WORKING_DIR, section, unset
 
@@ -123,6 +125,11 @@ def check_environment(spec: ExperimentSpec, shipped: workdir.WorkingDir | None =
                 "are in many .gitignore files)"))
     if problems:
         raise SpecError(problems)
+    if spec.document.get("tracking"):
+        from ..render.experiment import resolve_config
+        from . import tracking
+
+        tracking.check(spec, resolve_config(spec), local=spec.cluster is None, progress=progress)
 
 
 def submit(plan: JobPlan[JobConfig], spec: ExperimentSpec, jobs: JobsClient, state: State,
@@ -134,19 +141,23 @@ def submit(plan: JobPlan[JobConfig], spec: ExperimentSpec, jobs: JobsClient, sta
         created = jobs.submit(entrypoint=plan.entrypoint, runtime_env=runtime_env,
                               submission_id=job_id, metadata={"experiment": spec.name})
     if created:
-        state.store.record_job(job_id, cluster=cluster, experiment=str(spec.path),
+        state.store.record_job(job_id, cluster=cluster, experiment=str(spec.path.resolve()),
                                name=plan.config["run_config"].get("name") or spec.name)
     return Submission(job_id, created, plan, cluster)
 
 
 def epoch_printer(quiet: bool, progress: Progress) -> Callable[[str], None]:
     """A log-line handler: an epoch's metrics on one line; other lines unless `quiet`."""
+    from .progress import epoch_text
+
+    seen: dict[str, int] = {}   # trial ("" outside Tune) -> epochs so far
+
     def on_line(line: str) -> None:
         row = contract.parse_epoch(line)
         if row is not None:
-            shown = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                              for k, v in row.items() if k != "checkpoint")
-            progress(f"» {shown}")
+            trial = str(row.get("trial") or "")
+            seen[trial] = seen.get(trial, 0) + 1
+            progress(epoch_text(row, count=seen[trial]))
         elif not quiet and not contract.is_result_line(line):
             progress(line)
     return on_line
@@ -154,13 +165,25 @@ def epoch_printer(quiet: bool, progress: Progress) -> Callable[[str], None]:
 
 def results(jobs: JobsClient, submission: Submission, status: str, started: float,
             state: State, progress: Progress) -> dict[str, Any]:
-    """The finished job's summary, recorded for `orchestrate results`; JobError if it failed."""
-    summary = outcome(jobs, submission.job_id, status, submission.cluster, progress)
-    summary["wall_time_s"] = round(time.monotonic() - started, 1)
+    """The finished job's summary, recorded for `orchestrate results` and `runs`; JobError if
+    it failed (its end recorded too)."""
+    wall_time = round(time.monotonic() - started, 1)
+    try:
+        summary = outcome(jobs, submission.job_id, status, submission.cluster, progress)
+    except JobError as exc:
+        state.store.update_job(submission.job_id, {
+            "status": status if status != "SUCCEEDED" else "FAILED", "error": exc.message,
+            "wall_time_s": wall_time, "ended_at": time.time()})
+        raise
+    summary["wall_time_s"] = wall_time
     run_name = submission.plan.config["run_config"].get("name")
-    for key in {summary.get("name"), run_name}:  # the run, and the latest of its name
+    # the run, the latest of its name, and the job's own
+    for key in {summary.get("name"), run_name, submission.job_id}:
         if key:
             state.store.record_run(key, summary, submission.job_id)
+    state.store.update_job(submission.job_id, {
+        "status": summary.get("status"), "run": summary.get("name"), "wall_time_s": wall_time,
+        "ended_at": time.time()})
     return summary
 
 
@@ -196,8 +219,11 @@ def find_results(key: str, state: State) -> dict[str, Any]:
 
     summary = state.store.run(key)
     job = state.store.job(key)
+    if summary is None and job and job.get("status") in ("FAILED", "STOPPED"):
+        raise JobError(f"job {key} ended {job['status']}: {job.get('error') or 'no results'}",
+                       hint="its log: orchestrate logs " + key)
     if summary is None and job:
-        summary = state.store.run(job.get("name") or "")
+        summary = state.store.run(job.get("run") or job.get("name") or "")
     if summary is None and ("/" in key or is_uri(key)):
         uri = key if is_uri(key) else os.path.abspath(key)
         data = files.read_bytes(files.join(uri, contract.RESULTS_FOLDER, "summary.json"))

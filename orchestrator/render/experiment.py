@@ -7,14 +7,26 @@ twice by accident.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
+import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .. import contract
-from ..contract import DatasetSection, JobConfig, PredictConfig, RunSection, ScalingSection, TuneSection
+from ..contract import (
+    DatasetSection,
+    JobConfig,
+    PredictConfig,
+    RunSection,
+    ScalingSection,
+    TrackingSection,
+    TuneSection,
+)
 from ..language.environment import IN_WORKING_DIR, Environment
 from ..language.experiment import ExperimentSpec
 from ..util.uris import is_uri
@@ -55,7 +67,10 @@ def dataset_path(path: str, base: Path, working_dir: Path) -> str:
         return str(absolute)
 
 
-def resolve_config(spec: ExperimentSpec) -> JobConfig:
+def resolve_config(spec: ExperimentSpec,
+                   environ: Mapping[str, str] | None = None) -> JobConfig:
+    """`environ`: where MLFLOW_TRACKING_URI is read when `tracking.mlflow` names no URI (this
+    process's environment if not given)."""
     data, base = spec.document, spec.path.resolve().parent
     model = data.get("model")
     run: RunSection = {}
@@ -78,7 +93,7 @@ def resolve_config(spec: ExperimentSpec) -> JobConfig:
     if data.get("tune"):
         tune = {"param_space": data["tune"]["param_space"],
                 "tune_config": data["tune"].get("tune_config") or {}}
-    return {
+    config: JobConfig = {
         "version": contract.CONFIG_VERSION,
         "workload": "train",
         "name": spec.name,
@@ -99,6 +114,41 @@ def resolve_config(spec: ExperimentSpec) -> JobConfig:
         "tune": tune,
         "resume": False,
     }
+    tracked = tracking(spec, os.environ if environ is None else environ)
+    if tracked is not None:   # absent otherwise: an untracked job's id is as it was before
+        config["tracking"] = tracked
+    return config
+
+
+def tracking(spec: ExperimentSpec, environ: Mapping[str, str]) -> TrackingSection | None:
+    """`tracking.mlflow`, resolved: the URI (a folder relative to the experiment file made
+    absolute; `""` when neither the file nor MLFLOW_TRACKING_URI gives one, which the check
+    before submission refuses), the experiment's name, and what identifies the source."""
+    section = (spec.document.get("tracking") or {}).get("mlflow")
+    if section is None:
+        return None
+    from .. import __version__
+
+    written = section.get("tracking_uri") or ""
+    uri = _local_store(written, spec.path.resolve().parent) if written else \
+        _local_store(environ.get("MLFLOW_TRACKING_URI", ""), Path.cwd())
+    if urllib.parse.urlsplit(uri).password:   # it would travel in the job's config, which Ray shows
+        from ..errors import Problem, SpecError
+
+        field = ("tracking", "mlflow", "tracking_uri") if written else ("tracking", "mlflow")
+        message = "the tracking URI carries a password" + ("" if written else
+                                                           " (MLFLOW_TRACKING_URI)")
+        hint = ("leave it out of the URI and set MLFLOW_TRACKING_USERNAME and "
+                "MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) where you run orchestrate")
+        raise SpecError([spec.source.problem(field, message, hint) if spec.source else
+                         Problem(str(spec.path), message, field=".".join(field), hint=hint)])
+    return {"tracking_uri": uri,
+            "experiment_name": section.get("experiment_name") or spec.name,
+            "tags": {str(k): str(v) for k, v in (section.get("tags") or {}).items()},
+            "log_artifacts": bool(section.get("log_artifacts", True)),
+            "experiment_file": str(spec.path.resolve()),
+            "experiment_sha256": spec.source.sha256 if spec.source else "",
+            "orchestrate_version": __version__}
 
 
 def _dataset(d: dict[str, Any], base: Path, working_dir: Path) -> DatasetSection:
@@ -130,12 +180,36 @@ def render_job(spec: ExperimentSpec, shipped: WorkingDir, *,
     config = resolve_config(spec)
     config["resume"] = resume
     environment = spec.environment
+    credentials = tracking_credentials(config)
+    if credentials:
+        environment = dataclasses.replace(environment, secrets={**environment.secrets, **credentials})
     return JobPlan(entrypoint=contract.ENTRYPOINT,
                    runtime_env=runtime_env(contract.encode(config), spec.working_dir, shipped,
                                            environment),
                    config=config,
                    submission_id=submission_id(config, shipped.digest(), environment.public()),
                    secrets=dict(environment.secrets))
+
+
+def _local_store(uri: str, base: Path) -> str:
+    """A folder (a file store) or a SQLite file named relative to `base`, made absolute: the
+    job runs elsewhere (Ray's copy of the working_dir). Servers and absolute paths as given."""
+    if not uri or uri.startswith(("databricks", "file:/")):
+        return uri
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        return "sqlite:///" + str((base / uri[len("sqlite:///"):]).resolve())
+    if is_uri(uri) or uri.startswith(("file:", "sqlite:")):
+        return uri
+    return str((base / Path(uri).expanduser()).resolve())
+
+
+def tracking_credentials(config: JobConfig, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The MLflow credentials set where `orchestrate run` runs, which a tracked job is given as
+    secrets (never in its runtime_env, rendered files or logs)."""
+    environ = os.environ if environ is None else environ
+    if not config.get("tracking"):
+        return {}
+    return {name: name for name in contract.MLFLOW_CREDENTIALS if environ.get(name)}
 
 
 def runtime_env(encoded: str, working_dir: Path | None, shipped: WorkingDir | None,
@@ -150,7 +224,11 @@ def runtime_env(encoded: str, working_dir: Path | None, shipped: WorkingDir | No
     if environment.installer:
         env[environment.installer] = [_with_digest(text, shipped) for text in environment.packages]
     env.update(py_modules=[package_dir()],
-               env_vars={"RAY_USAGE_STATS_ENABLED": "0", **environment.env_vars,
+               env_vars={"RAY_USAGE_STATS_ENABLED": "0",
+                         # Ray's driver folds lines that look alike from several processes (Tune
+                         # trials' epochs): never the contract's marks.
+                         "RAY_DEDUP_LOGS_ALLOW_REGEX": contract.MARKS_PATTERN,
+                         **environment.env_vars,
                          **secret_names(environment), contract.CONFIG_ENV: encoded},
                worker_process_setup_hook=contract.WORKER_SETUP)
     if environment.config:

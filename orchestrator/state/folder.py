@@ -180,6 +180,18 @@ class FolderStore:
     def job(self, job_id: str) -> dict[str, Any] | None:
         return self._read_entry("jobs", job_id)
 
+    def update_job(self, job_id: str, fields: dict[str, Any]) -> None:
+        entry = self.job(job_id)
+        if entry is not None:
+            atomic_write(self._entry("jobs", job_id), json.dumps({**entry, **fields}, default=str))
+
+    def jobs(self) -> list[dict[str, Any]]:
+        folder = self.root / "jobs"
+        found = [self._read_entry("jobs", p.stem) for p in folder.glob("*.json")] \
+            if folder.is_dir() else []
+        entries = [entry for entry in found if entry is not None]
+        return sorted(entries, key=lambda e: -float(e.get("submitted_at") or 0))
+
     def record_run(self, key: str, summary: dict[str, Any], job_id: str) -> None:
         atomic_write(self._entry("runs", key),
                      json.dumps(dict(summary, job_id=job_id), default=str))

@@ -80,6 +80,12 @@ class StateStore(Protocol):
 
     def job(self, job_id: str) -> dict[str, Any] | None: ...
 
+    def update_job(self, job_id: str, fields: dict[str, Any]) -> None:
+        """Add to a recorded job (its end: status, wall time, error); nothing if unknown."""
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every job recorded here, newest first."""
+
     def record_run(self, key: str, summary: dict[str, Any], job_id: str) -> None: ...
 
     def run(self, key: str) -> dict[str, Any] | None: ...

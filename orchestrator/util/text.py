@@ -1,8 +1,10 @@
 """Words for people: suggestions for a misspelt word (the spec checks, the provider preflight)
-and sizes in bytes."""
+sizes in bytes, secrets hidden, and nested settings as dotted keys (parameters compared side by
+side)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 
 def close_matches(word: str, choices: Iterable[object], n: int = 1, cutoff: float = 0.6) -> list[str]:
@@ -32,3 +34,22 @@ def hide(text: str, secrets: dict[str, str]) -> str:
         if len(value) >= 4:
             text = text.replace(value, "***")
     return text
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as one level of dotted keys: {"a": {"b": 1}} -> {"a.b": 1}. Lists stay
+    values; an empty mapping is dropped."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, item in value.items():
+        flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def differing(rows: list[dict[str, Any]]) -> list[str]:
+    """The keys whose values are not the same in every row (a key missing somewhere differs)."""
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys]
+    return [k for k in keys if len({repr(row.get(k, "<unset>")) for row in rows}) > 1]

@@ -22,6 +22,9 @@ def main() -> int:
         summary = run(config)
     except Exception as exc:  # noqa: BLE001 - the job's log is where the traceback belongs
         print(hide(traceback.format_exc(), secrets), end="", file=sys.stderr, flush=True)
+        from .tracking import fail_open_runs
+
+        fail_open_runs()   # an MLflow run this job started ends FAILED, not RUNNING for ever
         error = hide(f"{type(exc).__name__}: {exc}", secrets).splitlines()[0][:500]
         if isinstance(exc, ModuleNotFoundError):   # name the interpreter that lacks it
             error += f" (in {sys.executable}, the Python the job runs under)"

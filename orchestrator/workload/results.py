@@ -63,8 +63,10 @@ def read_history(run_uri: str) -> list[dict[str, Any]]:
     return json.loads(data) if data else []
 
 
-def make_history_callback(run_uri: str) -> Any:
-    """A Ray Train UserCallback (runs in the controller): prints progress, appends the history."""
+def make_history_callback(run_uri: str, trial: str | None = None) -> Any:
+    """A Ray Train UserCallback (runs in the controller): prints progress, appends the history
+    (which `tracking.following` sends to MLflow). `trial`: the Tune trial it belongs to, named
+    in the progress lines."""
     from ray.train import UserCallback
 
     class HistoryCallback(UserCallback):
@@ -81,7 +83,7 @@ def make_history_callback(run_uri: str) -> Any:
                 mark_checkpoint(checkpoint, run_uri)
                 row["checkpoint"] = checkpoint.path
             self.history.append(row)
-            print(epoch_line(row), flush=True)
+            print(epoch_line(dict(row, trial=trial) if trial else row), flush=True)
             write_bytes(join(run_uri, FOLDER, "metrics.json"), json.dumps(self.history).encode())
 
     return HistoryCallback()
@@ -104,44 +106,118 @@ def to_csv(history: list[dict[str, Any]]) -> bytes:
     return buffer.getvalue().encode()
 
 
-def plot(history: list[dict[str, Any]], title: str) -> bytes | None:
-    """Loss and accuracy per epoch (or per boosting round) as a PNG."""
+def curve_keys(history: list[dict[str, Any]]) -> list[str]:
+    """The metrics worth a curve: loss and accuracy, or XGBoost's per-round metrics."""
     keys = [k for k in ("loss", "train_loss", "accuracy") if any(k in r for r in history)]
     if not keys and history:  # XGBoost reports e.g. train-logloss, valid-error
         keys = [k for k in history[0] if k.endswith(("logloss", "error", "rmse"))]
+    return keys
+
+
+def steps(history: list[dict[str, Any]]) -> list[int]:
+    """Each row's epoch (XGBoost's rows: the boosting round, counted from 1)."""
+    return [int(r.get("epoch", i + 1)) for i, r in enumerate(history)]
+
+
+def plot(history: list[dict[str, Any]], title: str) -> bytes | None:
+    """Loss and accuracy per epoch (or per boosting round) as a PNG."""
+    return overlay({"": history}, title)
+
+
+def overlay(curves: dict[str, list[dict[str, Any]]], title: str) -> bytes | None:
+    """Every curve's loss and accuracy per epoch in one PNG (`figure`); None when there is
+    nothing to draw."""
+    drawn = figure(curves, title)
+    if drawn is None:
+        return None
+    from matplotlib import pyplot
+
+    buffer = io.BytesIO()
+    drawn.savefig(buffer, format="png", dpi=80)
+    pyplot.close(drawn)
+    return buffer.getvalue()
+
+
+def figure(curves: dict[str, list[dict[str, Any]]], title: str) -> Any:
+    """A matplotlib figure: losses on the left, accuracy (if any) on the right, one line per
+    (label, metric), whole epochs on the x axis. A curve labelled "" is named by its metric."""
+    keys: list[str] = []
+    for history in curves.values():
+        keys += [k for k in curve_keys(history) if k not in keys]
     if not keys:
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
+    from matplotlib.ticker import MaxNLocator
 
-    figure, axes = pyplot.subplots(1, 2 if "accuracy" in keys else 1, figsize=(10, 4), squeeze=False)
-    steps = [r.get("epoch", i + 1) for i, r in enumerate(history)]
-    for key in keys:
-        ax = axes[0][1] if key == "accuracy" else axes[0][0]
-        ax.plot(steps, [r.get(key) for r in history], marker="o", label=key)
+    panels = [[k for k in keys if k != "accuracy"], [k for k in keys if k == "accuracy"]]
+    panels = [keys_ for keys_ in panels if keys_]
+    drawn, axes = pyplot.subplots(1, len(panels), figsize=(10, 4), squeeze=False)
+    for ax, panel in zip(axes[0], panels, strict=True):
+        for index, (label, history) in enumerate(curves.items()):
+            for number, key in enumerate(panel):  # a colour per curve, a line style per metric
+                style = ("-", "--", ":", "-.")[number % 4]
+                points = [(step, row[key]) for step, row in zip(steps(history), history, strict=True)
+                          if isinstance(row.get(key), (int, float))]
+                if points:
+                    name = " ".join(p for p in (label, key if len(panel) > 1 or not label else "") if p)
+                    ax.plot(*zip(*points, strict=True), marker="o", label=name, linestyle=style,
+                            color=f"C{index % 10}" if label else None)
         ax.set_xlabel("epoch")
-        ax.legend()
-    figure.suptitle(title)
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=80)
-    pyplot.close(figure)
-    return buffer.getvalue()
+        ax.set_ylabel(", ".join(panel) if len(panel) < 3 else "loss")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+        ax.legend(fontsize="small")
+    drawn.suptitle(title)
+    return drawn
 
 
-def finish(run_uri: str, summary: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
-    """Write history, plot and summary next to the run; print the result line; return summary."""
+def finish(run_uri: str, summary: dict[str, Any], history: list[dict[str, Any]], *,
+           config: Any = None, png: bytes | None = None, tracked: Any = None) -> dict[str, Any]:
+    """Write history, plot (`png`, else the history's) and summary next to the run, with the
+    run's parameters (from `config`, the JobConfig); finish the MLflow run `tracked` (its final
+    metrics; plot, summary and the rendered experiment as artifacts); print the result line;
+    return the summary."""
     folder = join(run_uri, FOLDER)
     summary = dict(summary, run_path=run_uri, history=join(folder, "metrics.json"))
+    if config is not None:
+        from .tracking import params
+
+        summary["params"] = params(config)
     if history:
         write_bytes(join(folder, "metrics.json"), json.dumps(history).encode())
         write_bytes(join(folder, "metrics.csv"), to_csv(history))
         summary["history_csv"] = join(folder, "metrics.csv")
-        png = plot(history, summary.get("name", ""))
-        if png:
-            write_bytes(join(folder, "metrics.png"), png)
-            summary["plot"] = join(folder, "metrics.png")
+        png = png or plot(history, summary.get("name", ""))
+    if png:
+        write_bytes(join(folder, "metrics.png"), png)
+        summary["plot"] = join(folder, "metrics.png")
+    if tracked is not None:
+        summary["tracking"] = _track(tracked, summary, config, png, len(history))
     write_bytes(join(folder, "summary.json"), json.dumps(summary, indent=2, default=str).encode())
     print(result_line(summary), flush=True)
     return summary
+
+
+def _track(tracked: Any, summary: dict[str, Any], config: Any, png: bytes | None,
+           epochs: int) -> dict[str, Any]:
+    """Finish the MLflow run; what the summary says of it (with the error if that failed)."""
+    from . import tracking
+
+    said = {"tracking_uri": tracking.public_uri(tracked.tracking_uri),
+            "experiment_id": tracked.experiment_id, "run_id": tracked.run_id}
+    files = {"summary.json": json.dumps(summary, indent=2, default=str).encode(),
+             "experiment.json": json.dumps(config, indent=2, sort_keys=True).encode()}
+    if png:
+        files["metrics.png"] = png
+    section: dict[str, Any] = dict(tracking.section(config or {}) or {})
+    try:
+        # A run's final metrics are its last epoch's, logged already; a sweep's parent has no
+        # epochs of its own: it gets the best trial's.
+        tracking.finish(tracked, summary, files, log_artifacts=section.get("log_artifacts", True),
+                        step=max(epochs, 1) if "trials" in summary else None)
+    except Exception as exc:  # noqa: BLE001 - the run itself succeeded; say what tracking lost
+        said["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        print(f"orchestrate: warning: finishing the MLflow run failed: {said['error']}", flush=True)
+    return said

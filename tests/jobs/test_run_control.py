@@ -173,10 +173,10 @@ def test_a_run_stopped_half_way_resumes_to_the_configured_epochs(local_ray, tmp_
 
     code, resumed, err = run_json(capsys, mlp(tmp_path, epochs=13), "--resume")
     assert code == 0, err
-    again = [int(n) for n in re.findall(r"» epoch (\d+) ", err)]
+    again = [int(n) for n in re.findall(r"» epoch (\d+)\b", err)]
     assert again and again[0] > 1 and again[-1] == 13, again    # not from the start
     assert again[0] == latest + 1                                 # from the latest checkpoint
-    assert "» epoch 1 " not in err                                # restored, not retrained
+    assert not re.search(r"» epoch 1\b", err)                     # restored, not retrained
     assert resumed["metrics"]["epoch"] == 13
     assert resumed["run_path"] == str(runs[0])                    # the same run, continued
     assert sorted(set(epochs(resumed))) == list(range(1, 14))

@@ -116,7 +116,7 @@ def test_packages_variables_secrets_and_excludes_reach_the_job(local_ray, tmp_pa
     assert "API_KEY: <$ORCHESTRATE_TEST_API_KEY at submission" in rendered
 
     temporary = set(Path(tempfile.gettempdir()).glob("orchestrate-secrets-*"))
-    assert main(["run", str(with_pip), "--format", "json"]) == 0   # not --quiet: all of the log
+    assert main(["run", str(with_pip), "-v", "--format", "json"]) == 0   # -v: all of the log
     out, err = capsys.readouterr()
     # the package that carried the secret was removed here once submitted
     assert set(Path(tempfile.gettempdir()).glob("orchestrate-secrets-*")) == temporary

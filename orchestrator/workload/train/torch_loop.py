@@ -51,7 +51,9 @@ def make_trainer(config: JobConfig, run_config: Any, run_uri: str) -> Any:
         prepared = data.ray_datasets(config, image)
         datasets, input_dim = prepared.datasets, prepared.input_dim
     if reference := config.get("train_loop"):
-        loop = import_train_loop(reference)
+        from .. import tracking
+
+        loop = tracking.with_run(import_train_loop(reference), tracking.run_of(config))
     else:
         if prepared is not None:
             card.save(run_uri, config, prepared, image=image)

@@ -7,10 +7,12 @@ Each trial's trainer runs under `<storage>/<name>/train-<trial id>`.
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from ...contract import DOMAINS, LIST_DOMAINS, JobConfig, TuneSection
+from ...contract import DOMAINS, LIST_DOMAINS, JobConfig, TuneSection, trial_line
+from ...util.text import differing, flatten
 from .. import results
 
 
@@ -56,48 +58,106 @@ def run_tune(config: JobConfig) -> dict[str, Any]:
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
+    from .. import tracking
+    from . import config_with_run
     from .configs import best_from_history, checkpoint_section, run_config, run_name
 
     name, storage = run_name(config), results.storage_root(config)
     experiment_uri = results.join(storage, name)
     make_trainer = _trainer_factory(config)
+    section = cast(TuneSection, config["tune"])  # train() runs a sweep only when there is one
+    tune_config = dict(_defaults(config), **(section.get("tune_config") or {}))
+    parent = tracking.start(config, name, experiment_uri, extra_params={
+        f"tune.{k}": v for k, v in tune_config.items() if k in ("metric", "mode", "num_samples")})
 
     def trainable(trial_config: dict[str, Any]) -> None:
         merged = cast(JobConfig, merge(config, trial_config))  # the trial's values over the config
-        trial_name = f"train-{tune.get_context().get_trial_id()}"
+        trial_id = tune.get_context().get_trial_id()
+        trial_name = f"train-{trial_id}"
         trial_uri = results.join(experiment_uri, trial_name)
+        child = tracking.start(merged, trial_name, trial_uri, parent=parent) if parent else None
         callbacks = [TuneReportCallback(),  # type: ignore[no-untyped-call]  # ray: no annotations
-                     results.make_history_callback(trial_uri)]
+                     results.make_history_callback(trial_uri, trial=trial_id)]
         rc = run_config({**merged, "run_config": {**(merged.get("run_config") or {}),
                                                   "storage_path": experiment_uri}},
                         trial_name, callbacks)
-        make_trainer(merged, rc, trial_uri).fit()
+        try:
+            trainer = make_trainer(config_with_run(merged, child), rc, trial_uri)
+            with tracking.following(child, trial_uri):
+                trainer.fit()
+        except BaseException:
+            if child is not None:
+                with contextlib.suppress(Exception):   # the trial's own error is the one to show
+                    tracking.end(child, "FAILED")
+            raise
+        if child is not None:
+            tracking.end(child, "FINISHED")
 
     ray.init(ignore_reinit_error=True)
-    section = cast(TuneSection, config["tune"])  # train() runs a sweep only when there is one
-    tune_config = dict(_defaults(config), **(section.get("tune_config") or {}))
     tune_config.setdefault("max_concurrent_trials", _concurrency(config))
     tuner = tune.Tuner(
         tune.with_resources(trainable, {"cpu": 0.01}),  # it only waits on the trainer
         param_space=search_space(section.get("param_space") or {}),
         tune_config=tune.TuneConfig(**tune_config),
-        run_config=tune.RunConfig(name=name, storage_path=storage),
+        run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[_trial_states()]),
     )
     grid = tuner.fit()
     if grid.num_errors == len(grid):
         raise RuntimeError(f"every trial failed; the first: {grid.errors[0]}")
     best = grid.get_best_result()
     best_metrics = cast(dict[str, Any], best.metrics)  # the best result was picked by its metrics
+    metric = tune_config["metric"]
+    histories = {str(r.metrics["trial_id"]): results.read_history(
+        results.join(experiment_uri, f"train-{r.metrics['trial_id']}"))
+        for r in grid if r.metrics and r.metrics.get("trial_id")}  # type: ignore[attr-defined]
+    varying = differing([flatten(r.config) for r in grid])  # type: ignore[attr-defined]
     trials = [{"trial_id": r.metrics.get("trial_id"), "config": r.config,
-               tune_config["metric"]: r.metrics.get(tune_config["metric"]),
+               "params": {k: v for k, v in flatten(r.config).items() if k in varying},
+               metric: r.metrics.get(metric),
+               "epochs": len(histories.get(str(r.metrics.get("trial_id")), [])),
                "error": str(r.error) if r.error else None}
-              for r in grid]  # type: ignore[attr-defined]  # ResultGrid iterates through __getitem__
-    history = results.read_history(results.join(experiment_uri, f"train-{best_metrics['trial_id']}"))
-    summary = {"name": name, "status": "SUCCEEDED", "metric": tune_config["metric"],
+              for r in grid]  # type: ignore[attr-defined]
+    history = histories.get(str(best_metrics["trial_id"]), [])
+    summary = {"name": name, "status": "SUCCEEDED", "metric": metric,
+               "mode": tune_config["mode"],
                "metrics": {k: v for k, v in best_metrics.items() if k in (history[-1] if history else {})},
                "best_config": best.config, "trials": trials,
                "best_checkpoint": best_from_history(history, checkpoint_section(config))}
-    return results.finish(experiment_uri, summary, history)
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for trial in trials:
+        if str(trial["trial_id"]) in histories:   # a trial that failed before reporting has none
+            label = _label(trial["params"]) or str(trial["trial_id"])
+            if label in curves:   # the same values twice (num_samples, a repeated choice)
+                label = f"{label} ({trial['trial_id']})"
+            curves[label] = histories[str(trial["trial_id"])]
+    png = results.overlay(curves, f"{name}: {len(trials)} trials")
+    return results.finish(experiment_uri, summary, history, config=config, png=png,
+                          tracked=parent)
+
+
+def _label(params: dict[str, Any]) -> str:
+    return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in params.items())
+
+
+def _trial_states() -> Any:
+    """A Tune callback printing each trial's state when it changes (`contract.trial_line`)."""
+    from ray.tune import Callback
+
+    class TrialStates(Callback):
+        def __init__(self) -> None:
+            self.seen: dict[str, str] = {}
+
+        def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+            for trial in trials:
+                if self.seen.get(trial.trial_id) != trial.status:
+                    self.seen[trial.trial_id] = trial.status
+                    print(trial_line({"trial": trial.trial_id, "state": trial.status,
+                                      "config": flatten(trial.config)}), flush=True)
+
+        def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+            self.on_step_end(0, trials)
+
+    return TrialStates()
 
 
 def _trainer_factory(config: JobConfig) -> Callable[[JobConfig, Any, str], Any]:

@@ -1,0 +1,102 @@
+"""Runs side by side (`orchestrate results RUN RUN...`) and a sweep's trials ranked
+(`orchestrate results TUNE_RUN`), from the summaries and histories the runs left.
+
+    table = comparison(summaries, histories)   # the parameters that differ; final and best metrics
+    png = overlay(summaries, histories)         # every run's curves in one plot
+    ranked = trials(summary)                    # a Tune run's trials, best first
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..util.text import differing
+
+LOWER_IS_BETTER = ("loss", "error", "rmse", "mae", "logloss")
+HIGHER_IS_BETTER = ("accuracy", "auc", "f1", "precision", "recall")
+
+
+def label(summary: dict[str, Any]) -> str:
+    return str(summary.get("name") or summary.get("job_id") or "?")
+
+
+def history_of(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's per-epoch rows, read where it wrote them ([] when that cannot be read)."""
+    from ..workload import results
+
+    path = summary.get("history")
+    if not path:
+        return []
+    import json
+
+    data = results.read_bytes(path)
+    try:
+        rows = json.loads(data) if data else []
+    except ValueError:
+        return []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def direction(metric: str) -> str | None:
+    """"min" or "max" for a metric whose name says which way is better, else None."""
+    name = metric.lower()
+    if name.endswith(LOWER_IS_BETTER):
+        return "min"
+    if name.endswith(HIGHER_IS_BETTER):
+        return "max"
+    return None
+
+
+def best(history: list[dict[str, Any]], metric: str) -> float | None:
+    way = direction(metric)
+    values = [r[metric] for r in history if isinstance(r.get(metric), (int, float))]
+    if way is None or not values:
+        return None
+    return float(min(values) if way == "min" else max(values))
+
+
+def comparison(summaries: list[dict[str, Any]],
+               histories: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """{"runs": names, "params": {key: values} (only those that differ), "final": {metric:
+    values}, "best": {metric: values}}; values in the runs' order, None where a run has none."""
+    params = [s.get("params") or {} for s in summaries]
+    finals = [s.get("metrics") or {} for s in summaries]
+    metrics: list[str] = []
+    for final in finals:
+        metrics += [k for k, v in final.items()
+                    if k not in metrics and k != "epoch" and isinstance(v, (int, float))]
+    return {
+        "runs": [label(s) for s in summaries],
+        "params": {key: [p.get(key) for p in params] for key in differing(params)},
+        "final": {m: [f.get(m) for f in finals] for m in metrics},
+        "best": {m: [best(h, m) for h in histories] for m in metrics if direction(m)},
+    }
+
+
+def overlay(summaries: list[dict[str, Any]], histories: list[list[dict[str, Any]]],
+            params: dict[str, list[Any]]) -> bytes | None:
+    """Every run's curves in one PNG, each named by its run and the parameters that differ."""
+    from ..workload import results
+
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for index, (summary, history) in enumerate(zip(summaries, histories, strict=True)):
+        differs = " ".join(f"{k.rsplit('.', 1)[-1]}={v[index]}" for k, v in params.items()
+                           if not k.startswith("orchestrate."))
+        name = f"{label(summary)} {differs}".strip()
+        if name in curves:   # two runs of one name (job ids, or run folders) with the same values
+            name = f"{name} #{index + 1}"
+        curves[name] = history
+    return results.overlay(curves, " vs ".join(label(s) for s in summaries))
+
+
+def trials(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Tune run's trials, best first by its metric (failed and unscored ones last)."""
+    metric, mode = summary.get("metric"), summary.get("mode") or "min"
+    found = [t for t in summary.get("trials") or [] if isinstance(t, dict)]
+
+    def key(trial: dict[str, Any]) -> tuple[int, float]:
+        value = trial.get(metric) if metric else None
+        if not isinstance(value, (int, float)) or trial.get("error"):
+            return (1, 0.0)
+        return (0, float(value) if mode == "min" else -float(value))
+
+    return sorted(found, key=key)

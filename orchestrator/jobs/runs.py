@@ -1,0 +1,95 @@
+"""The runs this machine submitted (`orchestrate runs`): its job records joined with the runs'
+summaries, newest first. A job not seen to end (`run --detach`, Ctrl-C, `apply`) is asked about
+where it runs, when that Ray answers; what it says is recorded, so the next listing is offline.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import OrchestrateError
+from ..state import State
+from .client import TERMINAL
+
+LOCAL = "local"   # the cluster column of a run on the embedded local Ray
+UNKNOWN = "UNKNOWN"   # not seen to end, and its Ray does not answer about it now
+
+
+def recorded(state: State, *, experiment: str | None = None,
+             cluster: str | None = None) -> list[dict[str, Any]]:
+    """Every recorded run (one per job), filtered by experiment (a file or a name) and cluster
+    ("local": the embedded Ray)."""
+    rows = [_row(job, state) for job in state.store.jobs()]
+    if experiment is not None:
+        rows = [r for r in rows if _is_of(r, experiment)]
+    if cluster is not None:
+        rows = [r for r in rows if r["cluster"] == cluster]
+    return rows
+
+
+def _row(job: dict[str, Any], state: State) -> dict[str, Any]:
+    summary = state.store.run(job["job_id"]) or {}
+    if summary.get("job_id") not in (None, job["job_id"]):
+        summary = {}
+    file = job.get("experiment") or ""
+    return {"job_id": job["job_id"], "experiment": Path(file).stem if file else "",
+            "experiment_file": file, "run": summary.get("name") or job.get("run") or job.get("name"),
+            "cluster": job.get("cluster") or LOCAL,
+            "status": job.get("status") or summary.get("status") or "SUBMITTED",
+            "started": job.get("submitted_at"),
+            "wall_time_s": job.get("wall_time_s") or summary.get("wall_time_s"),
+            "metrics": summary.get("metrics") or {}, "storage": summary.get("run_path"),
+            "error": job.get("error")}
+
+
+def _is_of(row: dict[str, Any], experiment: str) -> bool:
+    path = Path(experiment)
+    if path.is_file():
+        return bool(row["experiment_file"]) and Path(row["experiment_file"]) == path.resolve()
+    return experiment in (row["experiment"], row["run"])
+
+
+def refresh(rows: list[dict[str, Any]], state: State,
+            progress: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Ask Ray about the runs not seen to end (once per cluster; a Ray that does not answer
+    leaves them as recorded, with a note); record what ended."""
+    waiting: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["status"] not in TERMINAL:
+            waiting.setdefault(row["cluster"], []).append(row)
+    for cluster, pending in waiting.items():
+        try:
+            _ask(cluster, pending, state)
+        except OrchestrateError as exc:
+            progress(f"note: {len(pending)} run(s) on {cluster} not updated: {exc.message}")
+            for row in pending:
+                row["status"] = UNKNOWN
+    return rows
+
+
+def _ask(cluster: str, rows: list[dict[str, Any]], state: State) -> None:
+    from .experiment import outcome
+    from .targets import jobs_on, recorded_cluster
+
+    record = None if cluster == LOCAL else recorded_cluster(state, name=cluster)
+    with jobs_on(record, state) as jobs:
+        for row in rows:
+            try:
+                status = jobs.status(row["job_id"])
+            except OrchestrateError as exc:   # this Ray does not know it (restarted since)
+                row.update(status=UNKNOWN, error=exc.message)
+                continue
+            row["status"] = status
+            if status not in TERMINAL:
+                continue
+            fields: dict[str, Any] = {"status": status}
+            try:
+                summary = outcome(jobs, row["job_id"], status, cluster, lambda _: None)
+            except OrchestrateError as exc:
+                fields["error"] = row["error"] = exc.message
+            else:
+                state.store.record_run(row["job_id"], summary, row["job_id"])
+                fields["run"] = row["run"] = summary.get("name")
+                row.update(metrics=summary.get("metrics") or {}, storage=summary.get("run_path"))
+            state.store.update_job(row["job_id"], fields)
