@@ -136,8 +136,9 @@ def training(env, machine, tmp_path: Path, name: str, *, epochs: int, max_failur
     """`up` a cluster on the hosts and start `run` of an MLP on it; return once `after` epochs
     have been shown (0: once the job's own first line has), or the run ended."""
     assert up(env, machine, name).returncode == 0
+    # -v: off a terminal `run` shows only epochs; after=0 waits for the driver's own first line
     run = Run(env, experiment(tmp_path, machine.folder / f"{name}.yaml", f"{name}-run",
-                              epochs=epochs, max_failures=max_failures))
+                              epochs=epochs, max_failures=max_failures), *(["-v"] if after == 0 else []))
 
     def far_enough() -> bool:
         if after == 0:   # the job's driver runs on the head and `run` shows what it prints

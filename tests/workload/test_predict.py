@@ -201,7 +201,7 @@ def test_vit_over_ray_data_then_on_image_parquet(local_ray, experiment, tmp_path
                       run_config={"checkpoint_config": {"num_to_keep": 1,
                                                         "checkpoint_score_attribute": "accuracy",
                                                         "checkpoint_score_order": "max"}})
-    code, trained, err = run_json(capsys, path, quiet=False)
+    code, trained, err = run_json(capsys, path, "--verbose", quiet=False)   # Ray's log too
     assert code == 0, err
     assert_results_written(trained)
     assert trained["run_path"] == str(tmp_path / "results" / "vit-ray-data")  # not ~/ray_results
