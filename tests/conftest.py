@@ -4,9 +4,12 @@ reach a cloud or its metadata service (169.254.169.254)."""
 import os
 import signal
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["tests.tiers"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,6 +40,12 @@ ISOLATED_ENV = {
 # Set before anything imports an SDK, which may read these once at import time.
 os.environ.update(ISOLATED_ENV)
 
+# Every process this session starts inherits this variable, so the leak check counts what this
+# session left and nothing of another running beside it (another tier, or pytest-xdist's other
+# worker: each imports this file and draws its own).
+SESSION_TAG = f"ORCHESTRATE_TEST_SESSION={uuid.uuid4().hex}"
+os.environ["ORCHESTRATE_TEST_SESSION"] = SESSION_TAG.split("=", 1)[1]
+
 # Tests send Ctrl-C (SIGINT) to the commands they start. A runner started with SIGINT ignored
 # (`nohup pytest &`) would hand that to every child, which would then never see it: a handler
 # here is reset to the default action in each child, an ignored signal is not.
@@ -58,20 +67,101 @@ def _isolated(tmp_path_factory, monkeypatch):
     yield
 
 
-@pytest.fixture
-def local_ray():
-    """The embedded local Ray (own temp dir, ports, token, under this test's ORCHESTRATE_HOME),
-    held for the whole test so `orchestrate run` reuses it and jobs can be inspected afterwards;
-    stopped at the end even when the test fails."""
-    from orchestrator import embedded
-    from orchestrator.state import State
+class SharedRay:
+    """The ray tier's one embedded Ray (started on first use, ~10 s; stopped at the end of the
+    session), started as `orchestrate run` starts it: private temp dir, ports and token."""
 
-    secrets = State.here().secrets
+    def __init__(self, folder: Path) -> None:
+        from orchestrator.state.secrets import FileSecrets
+
+        self.secrets = FileSecrets(folder / "secrets")
+        self.ray = None
+
+    def get(self):
+        """The Ray, started again if it no longer answers (a test must not be the next one's
+        failure)."""
+        from orchestrator import embedded
+
+        if self.ray is None or not embedded._answers(self.ray.address, self.secrets):
+            self.stop()
+            self.ray = embedded.start(self.secrets)
+        return self.ray
+
+    @property
+    def token(self) -> str:
+        from orchestrator import embedded
+
+        return self.secrets.read(embedded.TOKEN_KEY)
+
+    def adopt(self):
+        """Make it the local Ray of the current ORCHESTRATE_HOME: its record (kept, so no
+        `orchestrate run` there stops it when it ends) and its token."""
+        from dataclasses import replace
+
+        from orchestrator import embedded
+        from orchestrator.state import State
+
+        ray = self.get()
+        secrets = State.here().secrets
+        secrets.put(embedded.TOKEN_KEY, self.token)
+        embedded._write_record(replace(ray, keep=True), secrets)
+        return ray
+
+    def tidy(self) -> None:
+        """After a test: the jobs it left running are stopped and Serve is shut down, so the
+        next test finds the Ray idle, as if it were new."""
+        from orchestrator import embedded
+        from orchestrator.jobs.client import TERMINAL, JobsClient
+        from orchestrator.util import http
+
+        if self.ray is None:
+            return
+        endpoint = self.ray.endpoint(self.secrets)
+        jobs = JobsClient(endpoint)
+        running = [job.submission_id for job in jobs.list()
+                   if str(getattr(job.status, "value", job.status)) not in TERMINAL]
+        for job_id in running:
+            jobs.stop(job_id)
+        for job_id in running:
+            jobs._wait(job_id)
+        served = http.get_json(endpoint.address, "/api/serve/applications/", endpoint.token,
+                               timeout=30)
+        if served.get("controller_info") or served.get("applications"):
+            http.send_json(endpoint.address, "/api/serve/applications/", endpoint.token, {},
+                           method="DELETE", timeout=120)
+        assert embedded._answers(self.ray.address, self.secrets)
+
+    def stop(self) -> None:
+        from orchestrator import embedded
+
+        if self.ray is not None:
+            embedded.stop(self.ray)
+            self.ray = None
+
+
+@pytest.fixture(scope="session")
+def shared_ray(tmp_path_factory):
+    """One embedded Ray for every test that uses a Ray but does not test the local Ray's own
+    life cycle (those, in tests/test_embedded.py and test_run_control.py, start their own)."""
+    shared = SharedRay(tmp_path_factory.mktemp("shared-ray"))
     try:
-        with embedded.session(secrets) as (ray, _started):
-            yield ray
+        yield shared
     finally:
-        embedded.shutdown(secrets)  # also a Ray a detached job asked to keep
+        shared.stop()
+
+
+@pytest.fixture
+def local_ray(shared_ray):
+    """The shared embedded Ray, as this test's local Ray: its record (kept: no `orchestrate
+    run` of the test stops it when it ends) and its token under this test's ORCHESTRATE_HOME,
+    so `run`, `jobs`, `logs`, `serve` and `predict` use it. Other tests' jobs ran on it before:
+    a test looks at its own jobs, never at all of them. After the test, what it left running
+    is stopped (`SharedRay.tidy`)."""
+    ray = shared_ray.adopt()
+    try:
+        yield ray
+    finally:
+        shared_ray.tidy()
 
 
 @pytest.fixture
@@ -89,28 +179,37 @@ STARTED_BY_TESTS = (r"raylet|gcs_server|dashboard/agent|sshd -D -e -f|moto\.serv
 
 
 def _running(pattern: str) -> set[int]:
+    """This session's processes matching `pattern`: those that carry its SESSION_TAG (every
+    child of the test process inherits it: a Ray, a host's sshd, a `ray up`). What runs beside
+    the session (a developer's own Ray, another tier's session) is not counted. A host's Ray
+    processes, started over SSH, do not carry it; they die with the host's sshd, which does."""
     import subprocess
 
     done = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
-    return {int(pid) for pid in done.stdout.split()} - {os.getpid()}
+    mine = set()
+    for pid in map(int, done.stdout.split()):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:   # gone, or not ours to read
+            continue
+        if pid != os.getpid() and SESSION_TAG.encode() in environ.split(b"\0"):
+            mine.add(pid)
+    return mine
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _leaves_nothing_behind():
     """After the whole suite: no process it started is still running (a Ray, an sshd, moto, a
-    `ray up`) and no network namespace or link of the test hosts is left. What ran before the
-    suite (a developer's own Ray) is not counted."""
+    `ray up`) and no network namespace or link of the test hosts it made is left."""
     import time
 
     from tests.cluster.hosts import leftovers
 
-    root = os.geteuid() == 0
-    before, names_before = _running(STARTED_BY_TESTS), set(leftovers() if root else [])
     yield
     deadline = time.monotonic() + 60   # Ray's processes take a few seconds to exit
-    while (left := _running(STARTED_BY_TESTS) - before) and time.monotonic() < deadline:
+    while (left := _running(STARTED_BY_TESTS)) and time.monotonic() < deadline:
         time.sleep(1)
-    names = sorted(set(leftovers() if root else []) - names_before)
+    names = leftovers()
     assert not left and not names, (
         f"the suite left processes {sorted(left)} and namespaces/links {names}")
 

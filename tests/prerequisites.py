@@ -4,7 +4,7 @@ never skip, when something is missing) and by scripts/test.sh before the suite s
     python -m tests.prerequisites    # exit 1 naming what is missing, 0 when all is there
 
 The tests that need these are marked `ssh`; leaving them out is a choice made on the command
-line (`bash scripts/test.sh -m "not ssh"`), not something the suite decides on its own.
+line (`bash scripts/test.sh fast ray`), not something the suite decides on its own.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import shutil
 import sys
 
 INSTALL = "run them as root, where `bash scripts/setup.sh` installs those packages"
-LEAVE_OUT = 'to run the other tests without them: bash scripts/test.sh -m "not ssh"'
+LEAVE_OUT = "to run the other tiers without them: bash scripts/test.sh fast ray"
 
 
 def missing() -> list[str]:

@@ -30,29 +30,49 @@ def ray_processes(temp_dir: str) -> list[int]:
     return found
 
 
-def test_started_reused_and_stopped_by_the_last_user():
-    with local.session(secrets()) as (ray, started):
-        assert started and ray.address.startswith("http://127.0.0.1:")
-        assert len(ray.temp_dir) < 30  # unix socket paths under it stay short
-        assert ray_processes(ray.temp_dir)
-        with local.session(secrets()) as (again, started_again):  # a second run reuses it
-            assert again.pid == ray.pid and not started_again
-        assert local.current(secrets()) is not None  # the first user is still running
-    assert local.current(secrets()) is None
-    assert ray_processes(ray.temp_dir) == []
-    assert not os.path.exists(ray.temp_dir)
-
-
-def test_kept_for_a_detached_job_until_shutdown():
+def test_one_life_started_reused_kept_stopped_and_a_new_token_each_time():
+    """The local Ray's whole life in two instances (each start costs ~10 s): the first run
+    starts it, token auth on; a second run reuses it and, detached, asks to keep it; it outlives
+    both until `shutdown`, which leaves nothing. The next instance has a new token and is
+    stopped by its last user."""
     try:
-        with local.session(secrets(), keep=True) as (ray, _):
-            pass
-        assert local.current(secrets()) is not None and local.current(secrets()).pid == ray.pid
-    finally:
+        with local.session(secrets()) as (ray, started):
+            assert started and ray.address.startswith("http://127.0.0.1:")
+            assert len(ray.temp_dir) < 30  # unix socket paths under it stay short
+            assert ray_processes(ray.temp_dir)
+            token = secrets().read(local.TOKEN_KEY)
+            path = secrets().path(local.TOKEN_KEY)
+            assert token and path.parent.parent == Path(os.environ["ORCHESTRATE_HOME"])
+            assert path.stat().st_mode & 0o777 == 0o600
+            record = Path(os.environ["ORCHESTRATE_HOME"]) / "local-ray" / "record.json"
+            assert token not in record.read_text()
+            for api in ("/api/jobs/", "/api/version", "/api/v0/nodes"):
+                assert http_status(ray.address + api) == 401
+                assert http_status(ray.address + api, "wrong") == 403
+            assert http_status(ray.address + "/api/jobs/", token) == 200
+            assert jobs_client(ray).list() == []  # our client sends it
+            with local.session(secrets(), keep=True) as (again, started_again):  # run --detach
+                assert again.pid == ray.pid and not started_again
+            assert local.current(secrets()) is not None  # the first user is still running
+        kept = local.current(secrets())   # both left; kept for the detached job
+        assert kept is not None and kept.pid == ray.pid
         assert local.shutdown(secrets())
-    assert ray_processes(ray.temp_dir) == []
-    assert not local.shutdown(secrets())
+        assert local.current(secrets()) is None
+        assert ray_processes(ray.temp_dir) == []
+        assert not os.path.exists(ray.temp_dir)
+        assert not path.exists()  # the token went with its instance
+        assert not local.shutdown(secrets())
 
+        with local.session(secrets()) as (second, started):
+            assert started and second.pid != ray.pid and secrets().read(local.TOKEN_KEY) != token
+            with local.session(secrets()) as (_, started_again):
+                assert not started_again
+        assert local.current(secrets()) is None  # stopped by its last user: nobody asked to keep it
+        assert ray_processes(second.temp_dir) == []
+        assert not os.path.exists(second.temp_dir)
+
+    finally:
+        local.shutdown(secrets())   # whatever failed, no Ray is left running
 
 def http_status(url: str, token: str | None = None) -> int:
     import urllib.error
@@ -64,21 +84,3 @@ def http_status(url: str, token: str | None = None) -> int:
             return r.status
     except urllib.error.HTTPError as exc:
         return exc.code
-
-
-def test_token_auth_refuses_requests_without_the_token():
-    with local.session(secrets()) as (ray, _):
-        token = secrets().read(local.TOKEN_KEY)
-        path = secrets().path(local.TOKEN_KEY)
-        assert token and path.parent.parent == Path(os.environ["ORCHESTRATE_HOME"])
-        assert path.stat().st_mode & 0o777 == 0o600
-        record = Path(os.environ["ORCHESTRATE_HOME"]) / "local-ray" / "record.json"
-        assert token not in record.read_text()
-        for api in ("/api/jobs/", "/api/version", "/api/v0/nodes"):
-            assert http_status(ray.address + api) == 401
-            assert http_status(ray.address + api, "wrong") == 403
-        assert http_status(ray.address + "/api/jobs/", token) == 200
-        assert jobs_client(ray).list() == []  # our client sends it
-    assert not path.exists()  # gone with its instance
-    with local.session(secrets()) as (again, _):  # the next instance has a new token
-        assert again.pid != ray.pid and secrets().read(local.TOKEN_KEY) != token

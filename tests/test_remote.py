@@ -1,7 +1,7 @@
 """`dashboard`, `attach`, `exec`, `rsync-up/down` without the SSH test hosts: how their
 arguments are read, what reaches the head's shell, their refusals (unknown cluster, cluster not
 up, head unreachable), and `dashboard` on the embedded local Ray with Ray's own cookie. On the
-SSH hosts and in a real browser: tests/cluster/test_hands.py."""
+SSH hosts and in a real browser: tests/cluster/shared_cluster/test_hands.py."""
 from __future__ import annotations
 
 import http.cookiejar
@@ -187,7 +187,6 @@ def test_dashboard_of_the_local_ray_signs_in_once_with_rays_cookie(local_ray, tm
 
 
 @pytest.mark.ray
-@pytest.mark.ssh   # like the SSH tests: needs root, here to connect as another user
 def test_the_sign_in_link_refuses_another_users_connection(local_ray):
     """The link reaches the browser on its command line, which every local user can read: a
     connection of another user (uid nobody, through Debian's own python3) gets 403 and does
@@ -195,7 +194,7 @@ def test_the_sign_in_link_refuses_another_users_connection(local_ray):
     from orchestrator.signin import SignIn
     from tests import prerequisites
 
-    prerequisites.require()
+    prerequisites.require()   # root, to connect as another user (fails naming it, never skips)
     endpoint = local_ray.endpoint(State.here().secrets)
     with SignIn(endpoint.address, endpoint.token) as signin:
         fetch = ("import urllib.request, urllib.error, sys\n"

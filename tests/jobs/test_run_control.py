@@ -21,7 +21,7 @@ from orchestrator.state import State
 from orchestrator.util.waiting import until
 from tests.helpers import jobs_client
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray]
 
 DATA = Path(__file__).resolve().parents[2] / "experiments" / "data"
 
@@ -144,11 +144,13 @@ def epochs(summary: dict) -> list[int]:
 def test_a_run_stopped_half_way_resumes_to_the_configured_epochs(local_ray, tmp_path, capsys):
     """Fault 6 of issue 11: `orchestrate stop` part way, then `run --resume` continues the same
     run from the latest checkpoint (the built-in loop reports one every epoch) up to the epochs
-    the file configures now (raised here from 12 to 13); without --resume, a new run."""
+    the file configures now; without --resume, a new run. The first run is configured for far
+    more epochs than it can reach before the stop (no race with its end); the resumed one for
+    two past where it stopped."""
     from orchestrator import contract
     from orchestrator.jobs.client import TERMINAL
 
-    assert main(["run", str(mlp(tmp_path, epochs=12)), "--detach", "--format", "json"]) == 0
+    assert main(["run", str(mlp(tmp_path, epochs=10_000)), "--detach", "--format", "json"]) == 0
     job_id = json.loads(capsys.readouterr().out)["job_id"]
     jobs = jobs_client(local_ray)
 
@@ -160,7 +162,7 @@ def test_a_run_stopped_half_way_resumes_to_the_configured_epochs(local_ray, tmp_
     assert main(["stop", job_id]) == 0
     assert jobs._wait(job_id) == "STOPPED"
     done = reported()
-    assert 3 <= len(done) < 12 and done == list(range(1, len(done) + 1)), done
+    assert len(done) >= 3 and done == list(range(1, len(done) + 1)), done
     runs = sorted((tmp_path / "results").iterdir())
     assert len(runs) == 1, runs
     # Where a resume must start: Ray's own record of the run's latest registered checkpoint. The
@@ -168,18 +170,19 @@ def test_a_run_stopped_half_way_resumes_to_the_configured_epochs(local_ray, tmp_
     # stop can land between the two), so the log gives only a lower bound.
     snapshot = json.loads((runs[0] / "checkpoint_manager_snapshot.json").read_text())
     latest = snapshot["latest_checkpoint_result"]["metrics"]["epoch"]
-    assert done[-1] <= latest < 12, (done, latest)
+    assert done[-1] <= latest, (done, latest)
     capsys.readouterr()
 
-    code, resumed, err = run_json(capsys, mlp(tmp_path, epochs=13), "--resume")
+    target = latest + 2
+    code, resumed, err = run_json(capsys, mlp(tmp_path, epochs=target), "--resume")
     assert code == 0, err
     again = [int(n) for n in re.findall(r"» epoch (\d+)\b", err)]
-    assert again and again[0] > 1 and again[-1] == 13, again    # not from the start
+    assert again and again[0] > 1 and again[-1] == target, again    # not from the start
     assert again[0] == latest + 1                                 # from the latest checkpoint
     assert not re.search(r"» epoch 1\b", err)                     # restored, not retrained
-    assert resumed["metrics"]["epoch"] == 13
+    assert resumed["metrics"]["epoch"] == target
     assert resumed["run_path"] == str(runs[0])                    # the same run, continued
-    assert sorted(set(epochs(resumed))) == list(range(1, 14))
+    assert sorted(set(epochs(resumed))) == list(range(1, target + 1))
 
     # Without --resume: a new job and a new run folder (seen in the job's first line; then
     # stopped, since only where it starts matters).

@@ -1,0 +1,122 @@
+"""The suite's tiers, kept true, and what each test cost (a pytest plugin; tests/conftest.py
+loads it). scripts/tiers.py runs the tiers one after another and prints the costs.
+
+    fast  -m "not ray and not ssh"   no Ray, no SSH
+    ray   -m "ray and not ssh"       the embedded local Ray
+    ssh   -m ssh                     simulated hosts, sshd, `ray up` over SSH
+
+A tier is a marker expression, so every test is in exactly one. The markers must say what a
+test starts, or a tier's time and budget mean nothing:
+- at collection, a test that asks for a Ray fixture must be marked `ray`, one that asks for
+  hosts or an sshd must be marked `ssh`;
+- a test marked neither fails if a Ray or an sshd it started is running when it ends, or if it
+  started an embedded Ray in this process;
+- a test marked `ray` (and not `ssh`) without a Ray fixture fails unless it started the
+  embedded Ray itself (its ORCHESTRATE_HOME then has the `local-ray` folder).
+
+With $ORCHESTRATE_TEST_DURATIONS set, every test's time (setup, call and teardown) and outcome
+are written there as JSON at the end of the session.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+RAY_FIXTURES = {"local_ray", "shared_ray", "trained"}   # a Ray, or runs trained on one
+SSH_FIXTURES = {"make_machine", "ssh_cluster", "sshd"}
+# What a test marked neither must not leave running (checked in /proc, before and after).
+STARTED = (b"raylet", b"gcs_server", b"sshd -D", b"ray start")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    wrong = []
+    for item in items:
+        marks = {mark.name for mark in item.iter_markers()}
+        names = set(getattr(item, "fixturenames", ()))
+        if names & RAY_FIXTURES and "ray" not in marks:
+            wrong.append(f"{item.nodeid}: uses {sorted(names & RAY_FIXTURES)} but is not marked ray")
+        if names & SSH_FIXTURES and "ssh" not in marks:
+            wrong.append(f"{item.nodeid}: uses {sorted(names & SSH_FIXTURES)} but is not marked ssh")
+        if "ssh" in marks and not names & SSH_FIXTURES:
+            wrong.append(f"{item.nodeid}: marked ssh but uses none of {sorted(SSH_FIXTURES)}")
+    if wrong:
+        raise pytest.UsageError("markers that do not say what a test starts:\n  "
+                                + "\n  ".join(wrong))
+    items.sort(key=_lane)
+
+
+# The ssh tier runs on two pytest-xdist workers (scripts/tiers.py), each group of tests that
+# shares hosts on one of them (`xdist_group`), in the order collected. The longest groups go
+# first, so that the two workers end at about the same time: the fault tests (about 5 minutes
+# alone), then the tests on the shared 3-host cluster.
+FIRST = ("faults", "shared_cluster")
+
+
+def _lane(item) -> int:
+    mark = item.get_closest_marker("xdist_group")
+    group = (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+    return FIRST.index(group) if group in FIRST else len(FIRST)
+
+
+def _started_here() -> set[int]:
+    """Processes running now that a Ray or SSH test starts."""
+    found = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as file:
+                    line = file.read().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if any(word in line for word in STARTED):
+                found.add(int(entry.name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _marker_is_true(request, monkeypatch, _isolated):
+    marks = {mark.name for mark in request.node.iter_markers()}
+    names = set(request.fixturenames)
+    if "ssh" in marks:
+        yield
+        return
+    if "ray" in marks:
+        home = Path(os.environ["ORCHESTRATE_HOME"])
+        yield
+        passed = _DURATIONS.get(request.node.nodeid, {}).get("outcome") == "passed"
+        if passed and not names & RAY_FIXTURES and not (home / "local-ray").is_dir():
+            pytest.fail("marked ray, but it used no Ray: mark it for the fast tier", pytrace=False)
+        return
+    from orchestrator import embedded
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a test of the fast tier started the embedded Ray: mark it ray")
+
+    monkeypatch.setattr(embedded, "start", refuse)
+    before = _started_here()
+    yield
+    started = _started_here() - before
+    if started:
+        pytest.fail(f"a test of the fast tier left processes {sorted(started)} running (a Ray "
+                    "or an sshd): mark it ray or ssh, and stop what it starts", pytrace=False)
+
+
+_DURATIONS: dict[str, dict] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    row = _DURATIONS.setdefault(report.nodeid, {"seconds": 0.0, "outcome": "passed"})
+    row["seconds"] += report.duration
+    if report.failed:
+        row["outcome"] = "error" if report.when != "call" else "failed"
+    elif report.skipped:
+        row["outcome"] = "skipped"
+
+
+def pytest_sessionfinish(session) -> None:
+    target = os.environ.get("ORCHESTRATE_TEST_DURATIONS")
+    if target and not hasattr(session.config, "workerinput"):   # xdist's controller only
+        Path(target).write_text(json.dumps(_DURATIONS, indent=1))
