@@ -1,7 +1,9 @@
-"""`orchestrate run` end to end on the embedded local Ray, 2 workers, small synthetic data.
+"""`orchestrate run` end to end on the embedded local Ray (the suite's shared one), 2 workers,
+small synthetic data.
 
-ViT over Ray Data and XGBoost over CSV are trained (and their results checked) in
-test_predict.py, which then predicts with what they trained."""
+ViT over Ray Data is trained (and its results checked) in test_predict.py, which then predicts
+with it; the MLP and XGBoost runs the other tests read are trained once (`trained`, in
+conftest.py), and a Tune grid is run in test_tracking.py."""
 from __future__ import annotations
 
 import json
@@ -12,15 +14,9 @@ import pytest
 
 from orchestrator.cli import main
 
-from .conftest import TINY_VIT
+from .conftest import IMAGES, TINY_VIT, TWO_WORKERS
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
-TWO_WORKERS = {"num_workers": 2}
-IMAGES = {"train": {"format": "parquet", "path": "data/images/train"},
-          "valid": {"format": "parquet", "path": "data/images/valid"}}
-TABLE = {"train": {"format": "csv", "path": "data/breast_cancer.csv"},
-         "valid": {"format": "csv", "path": "data/breast_cancer.csv"}}
+pytestmark = [pytest.mark.ray]
 
 
 def run_json(capsys, path: Path, *extra: str, quiet: bool = True) -> tuple[int, dict, str]:
@@ -47,53 +43,57 @@ def test_vit_over_dataloader(local_ray, experiment, capsys):
     assert_results_written(summary)
 
 
-def test_tune_grid_two_trials(local_ray, experiment, capsys):
-    path = experiment("tune-grid", trainer="torch",
-                      model={"name": "mlp", "hidden_dims": [16], "num_classes": 2},
-                      datasets=TABLE, label_column="target",
-                      # one worker a trial: the two trials fit side by side on two CPUs
-                      preprocessors=[{"type": "StandardScaler"}], scaling_config={"num_workers": 1},
-                      train_loop_config={"epochs": 1, "batch_size_per_worker": 64},
-                      tune={"param_space": {"train_loop_config": {"lr": {"grid_search": [0.001, 0.01]}}},
-                            "tune_config": {"metric": "accuracy", "mode": "max"}})
-    code, summary, err = run_json(capsys, path)
-    assert code == 0, err
-    assert len(summary["trials"]) == 2
-    assert summary["best_config"]["train_loop_config"]["lr"] in (0.001, 0.01)
-    assert_results_written(summary)
-
-
 LOOP = '''
 import ray.train, torch
+from orchestrator.workload.tracking import mlflow_run
 
 def train(config):
     model = ray.train.torch.prepare_model(torch.nn.Linear(1, 1))
+    mlflow = mlflow_run()   # rank 0: the run's MLflow; rank 1, or no tracking: calls do nothing
     for epoch in range(config["epochs"]):
         if config.get("fail"):
             raise ValueError("boom in the user's loop")
+        mlflow.log_metric("custom", (epoch + 1) * 10.0, step=epoch + 1)
         ray.train.report({"epoch": epoch, "loss": 1.0 / (epoch + 1), "seen": config["marker"]})
 '''
 
 
-def user_loop(experiment, tmp_path: Path, name: str, **loop_config) -> Path:
+def user_loop(experiment, tmp_path: Path, name: str, tracking: dict | None = None,
+              **loop_config) -> Path:
     (tmp_path / "code").mkdir(exist_ok=True)
     (tmp_path / "code" / "myloop.py").write_text(LOOP)
     return experiment(name, trainer="torch", working_dir="code", train_loop="myloop:train",
                       train_loop_config={"epochs": 2, "marker": 7, **loop_config},
-                      scaling_config=TWO_WORKERS)
+                      scaling_config=TWO_WORKERS, **({"tracking": tracking} if tracking else {}))
 
 
-def test_user_loop_and_no_duplicate(local_ray, experiment, tmp_path, capsys):
-    path = user_loop(experiment, tmp_path, "own-loop")
+def jobs_of(capsys, experiment: str) -> list[dict]:
+    """`jobs --format json`, this experiment's rows (the shared Ray ran other tests' jobs)."""
+    assert main(["jobs", "--format", "json"]) == 0
+    return [row for row in json.loads(capsys.readouterr().out) if row["experiment"] == experiment]
+
+
+def test_user_loop_tracked_and_no_duplicate(local_ray, experiment, tmp_path, capsys, monkeypatch):
+    path = user_loop(experiment, tmp_path, "own-loop", tracking={"mlflow": {"tracking_uri": "mlruns"}})
     code, summary, err = run_json(capsys, path)
     assert code == 0, err
     assert summary["metrics"]["seen"] == 7  # train_loop_config reached the user's function
     assert [row["epoch"] for row in json.loads(Path(summary["history"]).read_text())] == [0, 1]
+    # The loop's own MLflow calls (`mlflow_run()`) went to the run orchestrate made, rank 0 only,
+    # beside the epochs orchestrate logs itself.
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    mlflow = MlflowClient(tracking_uri=str(tmp_path / "mlruns"))
+    run_id = summary["tracking"]["run_id"]
+    assert [(p.step, p.value) for p in mlflow.get_metric_history(run_id, "custom")] == \
+        [(1, 10.0), (2, 20.0)]
+    assert [p.step for p in mlflow.get_metric_history(run_id, "loss")] == [0, 1]   # as reported
+    assert mlflow.get_run(run_id).data.params["train_loop"] == "myloop:train"
 
     code, _, err = run_json(capsys, path)  # unchanged: the same job, not a second one
     assert code == 0 and "already exists" in err
-    assert main(["jobs", "--format", "json"]) == 0
-    [job] = json.loads(capsys.readouterr().out)
+    [job] = jobs_of(capsys, "own-loop")
 
     # `results` finds the run by its name, its job id and its folder (read where the run wrote
     # it); a key that is none of these is a clear error.
@@ -112,8 +112,7 @@ def test_user_loop_and_no_duplicate(local_ray, experiment, tmp_path, capsys):
     code, forced, err = run_json(capsys, path, "--force", "--detach")
     assert code == 0, err
     assert forced["created"] is True
-    assert main(["jobs", "--format", "json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
+    listed = jobs_of(capsys, "own-loop")
     assert len(listed) == 2 and forced["job_id"] in json.dumps(listed)
     assert main(["stop", forced["job_id"]]) == 0
 

@@ -1,6 +1,7 @@
-"""`orchestrate predict` end to end on the embedded local Ray: train a run with `orchestrate run`,
-predict with its checkpoint, and check the predictions against the same checkpoint and fitted
-preprocessor applied here, in this process, without orchestrate's inference code."""
+"""`orchestrate predict` end to end on the embedded local Ray: predict with the checkpoint of a run
+`orchestrate run` trained (the session's MLP and XGBoost runs, a ViT trained here), and check the
+predictions against the same checkpoint and fitted preprocessor applied here, in this process,
+without orchestrate's inference code."""
 from __future__ import annotations
 
 import json
@@ -15,13 +16,10 @@ import pytest
 
 from orchestrator.cli import main
 
-from .conftest import TINY_VIT
-from .test_end_to_end import IMAGES, TABLE, TWO_WORKERS, assert_results_written, run_json
+from .conftest import IMAGES, TINY_VIT, TWO_WORKERS
+from .test_end_to_end import assert_results_written, run_json
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
-BY_ACCURACY = {"checkpoint_config": {"checkpoint_score_attribute": "accuracy",
-                                     "checkpoint_score_order": "max"}}
+pytestmark = [pytest.mark.ray]
 
 
 def predict_json(capsys, *args: str) -> tuple[int, dict, str]:
@@ -59,25 +57,22 @@ def torch_probabilities(checkpoint: Path, card: dict, x: np.ndarray) -> np.ndarr
         return torch.softmax(model(torch.as_tensor(x)), dim=1).numpy()
 
 
-def test_mlp_on_csv(local_ray, experiment, tmp_path, capsys):
+def test_mlp_on_csv(trained, tmp_path, capsys, monkeypatch):
     """Predictions equal the in-process ones; --evaluate equals the run's own validation."""
-    path = experiment("mlp-table", trainer="torch", datasets=TABLE, label_column="target",
-                      model={"name": "mlp", "hidden_dims": [16], "num_classes": 2},
-                      preprocessors=[{"type": "StandardScaler"}],
-                      train_loop_config={"epochs": 2, "batch_size_per_worker": 64, "lr": 0.01},
-                      scaling_config=TWO_WORKERS, run_config=BY_ACCURACY)
-    code, trained, err = run_json(capsys, path)
-    assert code == 0, err
-    run = Path(trained["run_path"])
+    mlp = trained.mlp
+    mlp.use(monkeypatch)
+    path, result = mlp.path, mlp.summary
+    assert_results_written(result)
+    run = Path(result["run_path"])
     card, preprocessor = card_of(run)
     assert card["trainer"] == "torch" and card["class_names"] == [0, 1]
     assert card["label_column"] == "target" and "target" not in card["features"]
     assert card["input_dim"] == len(card["features"]) == 30
-    checkpoint = Path(trained["best_checkpoint"])
+    checkpoint = Path(result["best_checkpoint"])
     metadata = json.loads((checkpoint / ".metadata.json").read_text())
     assert metadata["orchestrate_run"] == str(run)  # the checkpoint names its run
 
-    data = tmp_path / "data" / "breast_cancer.csv"
+    data = path.parent / "data" / "breast_cancer.csv"
     code, summary, err = predict_json(capsys, str(path), "--data", str(data),
                                       "--output", str(tmp_path / "out"), "--evaluate")
     assert code == 0, err
@@ -112,11 +107,11 @@ def test_mlp_on_csv(local_ray, experiment, tmp_path, capsys):
     assert list(csv.columns) == ["mean radius", "prediction", "probability_0", "probability_1"]
     assert len(csv) == len(frame)
 
-    check_errors(capsys, tmp_path, path, run, checkpoint, frame)
+    check_errors(capsys, tmp_path, path, checkpoint, frame, data)
 
 
-def check_errors(capsys, tmp_path: Path, path: Path, run: Path, checkpoint: Path,
-                 frame: pd.DataFrame) -> None:
+def check_errors(capsys, tmp_path: Path, path: Path, checkpoint: Path, frame: pd.DataFrame,
+                 data: Path) -> None:
     """Each a clear message and exit 1, nothing written."""
     def fails(*args: str) -> str:
         code = main(["predict", *args])
@@ -139,34 +134,26 @@ def check_errors(capsys, tmp_path: Path, path: Path, run: Path, checkpoint: Path
     moved = tmp_path / "moved" / "checkpoint"
     shutil.copytree(checkpoint, moved)
     (moved / ".metadata.json").unlink()  # no way back to its run: no card, no preprocessor
-    err = fails(str(moved), "--data", str(tmp_path / "data" / "breast_cancer.csv"),
-                "--output", str(tmp_path / "e3"))
+    err = fails(str(moved), "--data", str(data), "--output", str(tmp_path / "e3"))
     assert "has no model card" in err
 
     empty = tmp_path / "empty-run"
     (empty / "orchestrate").mkdir(parents=True)
     (empty / "orchestrate" / "metrics.json").write_text(json.dumps([{"epoch": 1, "loss": 1.0}]))
-    err = fails(str(empty), "--data", str(tmp_path / "data" / "breast_cancer.csv"),
-                "--output", str(tmp_path / "e4"))
+    err = fails(str(empty), "--data", str(data), "--output", str(tmp_path / "e4"))
     assert "has no checkpoint to predict with" in err
 
-    err = fails(str(path), "--data", str(tmp_path / "data" / "breast_cancer.csv"),
-                "--output", str(tmp_path / "out"))
+    err = fails(str(path), "--data", str(data), "--output", str(tmp_path / "out"))
     assert "already holds predictions" in err
 
 
-def test_xgboost_from_its_run_folder(local_ray, experiment, tmp_path, capsys):
-    path = experiment("xgb-predict", trainer="xgboost", datasets=TABLE, label_column="target",
-                      preprocessors=[{"type": "StandardScaler",
-                                      "columns": ["mean radius", "mean texture"]}],
-                      params={"objective": "binary:logistic", "eval_metric": ["logloss", "error"]},
-                      num_boost_round=5, scaling_config=TWO_WORKERS)
-    code, trained, err = run_json(capsys, path)
-    assert code == 0, err
-    assert_results_written(trained, metrics=("train-logloss", "valid-error"))
-    assert trained["metrics"]["valid-error"] < 0.2
-    run = Path(trained["run_path"])
-    data = tmp_path / "data" / "breast_cancer.csv"
+def test_xgboost_from_its_run_folder(trained, tmp_path, capsys):
+    xgb = trained.xgboost
+    result = xgb.summary
+    assert_results_written(result, metrics=("train-logloss", "valid-error"))
+    assert result["metrics"]["valid-error"] < 0.2
+    run = Path(result["run_path"])
+    data = xgb.path.parent / "data" / "breast_cancer.csv"
     code, summary, err = predict_json(capsys, str(run), "--checkpoint", "latest", "--data", str(data),
                                       "--output", str(tmp_path / "out"), "--evaluate",
                                       "--workers", "2")

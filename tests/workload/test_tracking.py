@@ -1,79 +1,32 @@
 """`tracking.mlflow` end to end on the embedded local Ray: a real MLflow tracking server started
-here on loopback (`mlflow server`, SQLite backend in a temporary folder, from the venv
-scripts/setup.sh makes for it) and a plain file store; what the runs leave there read back with
-MLflow's own client. Also `runs`, `results` over several runs, and what `run` shows at a
-terminal."""
+on loopback (`mlflow server`, SQLite backend in a temporary folder, from the venv
+scripts/setup.sh makes for it; the `mlflow_server` fixture) and a plain file store; what the
+runs leave there read back with MLflow's own client. The session's MLP and XGBoost runs
+(`trained`) are the tracked runs read here; a user loop's own MLflow calls are in
+test_end_to_end.py. Also a Tune grid, `runs`, `results` over several runs, and what `run`
+shows at a terminal."""
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
-import secrets
-import signal
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.util.ports import free_port
 
 from ..helpers import at_terminal, jobs_client
+from .test_end_to_end import assert_results_written
 from .test_environment import files_holding
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray]
 
-REPO = Path(__file__).resolve().parents[2]
-MLFLOW = REPO / ".venv-mlflow" / "bin" / "mlflow"
 TABLE = {"train": {"format": "csv", "path": "data/breast_cancer.csv"},
          "valid": {"format": "csv", "path": "data/breast_cancer.csv"}}
 MLP = {"name": "mlp", "hidden_dims": [16], "num_classes": 2}
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """`mlflow server` on a free loopback port, its database and artifacts in a temporary
-    folder; stopped (its whole process group) at the end."""
-    if not MLFLOW.exists():
-        pytest.fail(f"{MLFLOW} is missing: scripts/setup.sh installs the MLflow server there")
-    root = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
-    log = open(root / "server.log", "wb")  # noqa: SIM115 - open for the server's whole life
-    process = subprocess.Popen(
-        [str(MLFLOW), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-         "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1",
-         "--port", str(port), "--workers", "1"],
-        cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING")},
-             "MLFLOW_DISABLE_TELEMETRY": "true"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=2).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("mlflow server did not start:\n"
-                                         + (root / "server.log").read_text()[-3000:]) from None
-                time.sleep(0.5)
-        yield url, root
-    finally:
-        with contextlib.suppress(ProcessLookupError):   # it may have died at start
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
 
 
 def client(uri: str, monkeypatch):
@@ -90,17 +43,12 @@ def run_json(capsys, path: Path, *extra: str) -> tuple[dict, str]:
     return json.loads(out), err
 
 
-def test_a_run_is_logged_to_the_server_and_its_token_nowhere(local_ray, experiment, mlflow_server,
-                                                             capsys, monkeypatch):
-    url, server_root = mlflow_server
-    token = f"mlflow-tok-{secrets.token_hex(12)}"
-    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", token)   # the server has no auth: it ignores it
-    path = experiment("tracked", trainer="torch", model=MLP, datasets=TABLE, label_column="target",
-                      preprocessors=[{"type": "StandardScaler"}], scaling_config={"num_workers": 2},
-                      train_loop_config={"lr": 0.01, "epochs": 3, "batch_size_per_worker": 64},
-                      tracking={"mlflow": {"tracking_uri": url, "experiment_name": "e2e",
-                                           "tags": {"team": "vision"}}})
-    summary, err = run_json(capsys, path, "-v")
+def test_a_run_is_logged_to_the_server_and_its_token_nowhere(trained, local_ray, capsys,
+                                                             monkeypatch):
+    mlp = trained.mlp   # run with MLFLOW_TRACKING_TOKEN set: the server has no auth, ignores it
+    mlp.use(monkeypatch)
+    path, summary, err = mlp.path, mlp.summary, mlp.err
+    url, server_root, token = mlp.extra["url"], mlp.extra["server_root"], mlp.extra["token"]
     tracked = summary["tracking"]
     assert "error" not in tracked and tracked["tracking_uri"] == url
     mlflow = client(url, monkeypatch)
@@ -113,7 +61,7 @@ def test_a_run_is_logged_to_the_server_and_its_token_nowhere(local_ray, experime
     assert params["datasets.train"].endswith("breast_cancer.csv")   # the path the job read
     assert params["orchestrate.experiment_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
     assert params["orchestrate.version"] == __import__("orchestrator").__version__
-    assert run.data.tags["team"] == "vision" and run.data.tags["orchestrate.experiment"] == "tracked"
+    assert run.data.tags["team"] == "vision" and run.data.tags["orchestrate.experiment"] == "mlp"
     for metric in ("loss", "accuracy", "train_loss"):
         points = mlflow.get_metric_history(run.info.run_id, metric)
         assert [p.step for p in points] == [1, 2, 3], metric        # one point per epoch
@@ -148,6 +96,8 @@ def _job_of(run_name: str) -> str:
 
 def test_a_tune_grid_is_a_parent_run_with_a_child_per_trial(local_ray, experiment, capsys,
                                                             monkeypatch):
+    """The grid's two trials (one worker each: they fit side by side on two CPUs), its best
+    config and results, and its MLflow runs: a parent and a child per trial."""
     path = experiment("tracked-grid", trainer="torch", model=MLP, datasets=TABLE,
                       label_column="target", preprocessors=[{"type": "StandardScaler"}],
                       scaling_config={"num_workers": 1},
@@ -156,6 +106,9 @@ def test_a_tune_grid_is_a_parent_run_with_a_child_per_trial(local_ray, experimen
                             "tune_config": {"metric": "accuracy", "mode": "max"}},
                       tracking={"mlflow": {"tracking_uri": "mlruns"}})   # a file store
     summary, err = run_json(capsys, path)
+    assert len(summary["trials"]) == 2
+    assert summary["best_config"]["train_loop_config"]["lr"] in (0.001, 0.05)
+    assert_results_written(summary)
     store = str(path.parent / "mlruns")
     mlflow = client(store, monkeypatch)
     experiment_id = mlflow.get_experiment_by_name("tracked-grid").experiment_id
@@ -187,59 +140,27 @@ def test_a_tune_grid_is_a_parent_run_with_a_child_per_trial(local_ray, experimen
     assert values == sorted(values, reverse=True)                  # best first (mode max)
 
 
-def test_a_user_loop_logs_to_the_same_run_through_the_helper(local_ray, experiment, tmp_path,
-                                                             capsys, monkeypatch):
-    loop = tmp_path / "loop"
-    loop.mkdir()
-    (loop / "train.py").write_text('''
-import ray.train
-from orchestrator.workload.tracking import mlflow_run
-
-
-def train_loop_per_worker(config):
-    mlflow = mlflow_run()          # rank 0: this run; rank 1: calls that do nothing
-    for epoch in range(1, config["epochs"] + 1):
-        mlflow.log_metric("custom", epoch * 10.0, step=epoch)
-        ray.train.report({"epoch": epoch, "loss": 1.0 / epoch})
-''')
-    path = experiment("tracked-loop", trainer="torch", working_dir="loop",
-                      train_loop="train:train_loop_per_worker",
-                      train_loop_config={"epochs": 2}, scaling_config={"num_workers": 2},
-                      tracking={"mlflow": {"tracking_uri": "mlruns"}})
-    summary, _ = run_json(capsys, path)
-    mlflow = client(str(path.parent / "mlruns"), monkeypatch)
-    run_id = summary["tracking"]["run_id"]
-    assert [(p.step, p.value) for p in mlflow.get_metric_history(run_id, "custom")] == \
-        [(1, 10.0), (2, 20.0)]                                      # rank 0 only, once each
-    assert [p.step for p in mlflow.get_metric_history(run_id, "loss")] == [1, 2]
-    assert mlflow.get_run(run_id).data.params["train_loop"] == "train:train_loop_per_worker"
-
-
-def test_xgboost_rounds_are_logged(local_ray, experiment, capsys, monkeypatch):
-    path = experiment("tracked-xgb", trainer="xgboost", datasets=TABLE, label_column="target",
-                      params={"objective": "binary:logistic", "eval_metric": ["logloss"],
-                              "max_depth": 3},
-                      num_boost_round=4, scaling_config={"num_workers": 2},
-                      tracking={"mlflow": {"tracking_uri": "mlruns", "log_artifacts": False}})
-    summary, _ = run_json(capsys, path)
-    mlflow = client(str(path.parent / "mlruns"), monkeypatch)
-    run = mlflow.get_run(summary["tracking"]["run_id"])
-    assert run.data.params["params.max_depth"] == "3" and run.data.params["num_boost_round"] == "4"
+def test_xgboost_rounds_are_logged(trained, monkeypatch):
+    xgb = trained.xgboost   # tracked in a file store beside its file, log_artifacts: false
+    mlflow = client(str(xgb.path.parent / "mlruns"), monkeypatch)
+    run = mlflow.get_run(xgb.summary["tracking"]["run_id"])
+    assert run.data.params["params.max_depth"] == "3" and run.data.params["num_boost_round"] == "5"
     assert [p.step for p in mlflow.get_metric_history(run.info.run_id, "valid-logloss")] == \
-        [1, 2, 3, 4]
+        [1, 2, 3, 4, 5]
     assert mlflow.list_artifacts(run.info.run_id) == []             # log_artifacts: false
 
 
-def test_two_runs_compared_listed_and_shown_at_a_terminal(local_ray, experiment, tmp_path,
-                                                          capsys):
-    common = {"trainer": "torch", "model": MLP, "datasets": TABLE, "label_column": "target",
-              "preprocessors": [{"type": "StandardScaler"}], "scaling_config": {"num_workers": 2}}
-    slow = experiment("lr-small", **common,
-                      train_loop_config={"lr": 0.001, "epochs": 3, "batch_size_per_worker": 64})
-    fast = experiment("lr-large", **common,
-                      train_loop_config={"lr": 0.05, "epochs": 3, "batch_size_per_worker": 64})
-    # At a terminal, as a new user would run it: a status line, the epochs, not Ray's log.
-    code, shown = at_terminal([sys.executable, "-m", "orchestrator", "run", str(slow)],
+def test_a_second_run_shown_at_a_terminal_then_listed_and_compared(trained, tmp_path, capsys,
+                                                                    monkeypatch):
+    """The session's MLP (lr 0.01) and the same experiment with lr 0.05, run here at a terminal
+    as a new user would: a status line, the epochs, not Ray's log. Then both listed and
+    compared."""
+    mlp = trained.mlp
+    mlp.use(monkeypatch)   # the second run is recorded beside the first
+    slow = mlp.path
+    fast = mlp.sibling("lr-large", train_loop_config={"lr": 0.05, "epochs": 3,
+                                                      "batch_size_per_worker": 64})
+    code, shown = at_terminal([sys.executable, "-m", "orchestrator", "run", str(fast)],
                               dict(os.environ), {})
     assert code == 0, shown
     assert re.search(r"epoch 3/3 · \d+:\d\d elapsed", shown), shown
@@ -251,21 +172,21 @@ def test_two_runs_compared_listed_and_shown_at_a_terminal(local_ray, experiment,
     assert "TrainController" not in shown
     assert len(screen.splitlines()) < 40, screen
     capsys.readouterr()
-    run_json(capsys, fast)
 
-    assert main(["runs", "--format", "json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
-    assert [r["run"] for r in listed] == ["lr-large", "lr-small"]   # newest first
+    assert main(["runs", "--format", "json"]) == 0   # also the predictions other tests made
+    listed = [r for r in json.loads(capsys.readouterr().out)
+              if r["job_id"].startswith(("orchestrate-mlp-", "orchestrate-lr-large-"))]
+    assert [r["run"] for r in listed] == ["lr-large", "mlp"]   # newest first
     assert {r["status"] for r in listed} == {"SUCCEEDED"}
     assert all(r["metrics"]["loss"] > 0 and r["storage"] and r["wall_time_s"] > 0 for r in listed)
     assert main(["runs", str(slow), "--format", "json"]) == 0
-    assert [r["run"] for r in json.loads(capsys.readouterr().out)] == ["lr-small"]
+    assert [r["run"] for r in json.loads(capsys.readouterr().out)] == ["mlp"]
 
     plot = tmp_path / "compare.png"
-    assert main(["results", "lr-small", "lr-large", "--plot", str(plot)]) == 0
+    assert main(["results", "mlp", "lr-large", "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("train_loop_config.lr"))
-    assert row.split()[1:] == ["0.001", "0.05"]
+    assert row.split()[1:] == ["0.01", "0.05"]
     assert "accuracy (best)" in out and "loss (final)" in out
     assert "train_loop_config.epochs" not in out                    # the same in both
     from PIL import Image
@@ -275,7 +196,11 @@ def test_two_runs_compared_listed_and_shown_at_a_terminal(local_ray, experiment,
         colours = {image.convert("RGB").getpixel((x, y)) for x in range(0, image.size[0], 4)
                    for y in range(0, image.size[1], 4)}
     assert len(colours) > 20                                        # curves drawn, not a blank
-    assert main(["results", "lr-small", "lr-large", "--format", "json"]) == 0
+    assert main(["results", "mlp", "lr-large", "--format", "json"]) == 0
     compared = json.loads(capsys.readouterr().out)
-    assert compared["params"] == {"train_loop_config.lr": [0.001, 0.05]}
+    # What differs: the learning rate, and (both runs are tracked) which file each came from.
+    assert compared["params"] == {
+        "train_loop_config.lr": [0.01, 0.05],
+        "orchestrate.experiment_sha256": [hashlib.sha256(p.read_bytes()).hexdigest()
+                                          for p in (slow, fast)]}
     assert set(compared["best"]) >= {"loss", "accuracy"} and Path(compared["plot"]).is_file()
