@@ -1,9 +1,11 @@
 """Fixtures for real clusters over real SSH to simulated machines (tests/cluster/hosts.py).
 
-    ssh_cluster   (session) a running 3-host cluster launched with `orchestrate up` from
-                  cluster_configs/local.yaml itself, only its addresses and key filled in:
-                  .address, .headers, .token, .name, .file, .env, .cli(...), .open()
-    make_machine  (session) factory: 3 fresh hosts (network, PID and mount namespaces, own sshd)
+    make_machine  (session) factory: fresh hosts (network, PID and mount namespaces, own sshd);
+                  make_machine(count=1) for a head alone, where more hosts are not what is
+                  tested
+    launch(...)   `orchestrate up` of cluster_configs/local.yaml on a machine: a ClusterHandle
+    ssh_cluster   (tests/cluster/shared_cluster/conftest.py) one 3-host cluster for the tests
+                  in that package, down once the last of them has run
 
 Each host runs Ray's default start commands as root, exactly as on real machines; everything is
 torn down (hosts killed, namespaces and links removed) even when a test fails.
@@ -15,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -171,26 +174,24 @@ def tear_down(handle: ClusterHandle) -> None:
         handle.cli("down", handle.name, "-y")
 
 
-@pytest.fixture(scope="session")
-def ssh_cluster(make_machine, tmp_path_factory):
-    """A running local-provider cluster: head + 2 workers on simulated hosts, token auth on.
+def wait_until(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return predicate()
 
-    The hosts are as found in the wild: on the head, the login shell puts a `python` without
-    Ray first (as a pyenv `.bashrc` does); the head's and the first worker's hostnames resolve to
-    127.0.1.1 (Debian's default /etc/hosts line), the last worker's to its own address."""
-    shims = tmp_path_factory.mktemp("shims")
-    for name in ("python", "python3"):
-        (shims / name).symlink_to(SYSTEM_PYTHON)
-    machine = make_machine(options={1: {"python_first": shims, "hostname_resolves_to": "127.0.1.1"},
-                                    2: {"hostname_resolves_to": "127.0.1.1"}})
-    home = tmp_path_factory.mktemp("orchestrate-home")
-    name = f"t-{machine.name}"
-    handle = None
-    try:
-        handle = launch(machine, home, name)
-        yield handle
-    finally:
-        if handle is not None:
-            tear_down(handle)
-        else:
-            orchestrate(cli_env(home), "down", name, "-y")
+
+def submit_and_wait(address: str, headers: dict, entrypoint: str, timeout: float = 300) -> str:
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    client = JobSubmissionClient(address, headers=headers)
+    job = client.submit_job(entrypoint=entrypoint)
+    deadline = time.monotonic() + timeout
+    while client.get_job_status(job) not in (JobStatus.SUCCEEDED, JobStatus.FAILED,
+                                             JobStatus.STOPPED):
+        assert time.monotonic() < deadline, "the job did not finish"
+        time.sleep(1)
+    assert client.get_job_status(job) == JobStatus.SUCCEEDED, client.get_job_logs(job)
+    return client.get_job_logs(job)

@@ -1,7 +1,8 @@
 """Simulated machines: each host is a network namespace with its own address on a bridge the test
 made, its own PID namespace (its `ray stop` sees only its own processes), a private `/tmp/ray`,
-`/dev/shm` and home folder, its own hostname and `/etc/hosts`, and its own sshd that lets root in
-with a key made for the test. The cluster file is then written exactly as a user writes it.
+`/dev/shm` and home folder, its own hostname, `/etc/hosts` and `/etc/resolv.conf`, and its own
+sshd that lets root in with a key made for the test. The cluster file is then written exactly
+as a user writes it.
 
 Traffic goes only to these namespaces (10.x addresses on the test's bridge) and loopback. A host
 can be killed (every process in it, as when a machine loses power), cut off the network and
@@ -26,6 +27,7 @@ from pathlib import Path
 from tests.processes import stop
 
 PREFIX = "orh"   # every bridge, veth and namespace the helper makes starts with this
+MADE: set[str] = set()   # the bridges, veths and namespaces this process made (`leftovers`)
 # Every host's login shell exports these, as an /etc/environment line would: Ray's autoscaler
 # (the monitor on the head, started by `ray start`) looks at the cluster every second instead of
 # every 5 s, so the workers of a `ray up` join about 7 s sooner (measured: a 3-host `up` 19 s ->
@@ -90,6 +92,11 @@ class Host:
         resolves = self.hostname_resolves_to or self.ip
         (self.folder / "hosts").write_text(
             f"127.0.0.1 localhost\n{resolves} {self.name}\n")
+        # A LAN's DNS answers at once, if only "no such name". This machine's resolver is not
+        # reachable from the test's bridge, where a lookup would wait 10-20 s for nothing
+        # (measured: `getent hosts <another host's address>`), and torch's process group looks
+        # up every peer's address: on its own loopback, each lookup fails at once instead.
+        (self.folder / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
         (self.folder / "sshd_config").write_text("\n".join([
             "ListenAddress 0.0.0.0:22",
             f"HostKey {self.network.host_key}",
@@ -129,6 +136,7 @@ class Host:
             "mkdir -p /tmp/ray",
             f"mount --bind {self.folder / 'tmp-ray'} /tmp/ray",
             f"mount --bind {self.folder / 'hosts'} /etc/hosts",
+            f"mount --bind {self.folder / 'resolv.conf'} /etc/resolv.conf",
             *binds,
             f"mount --rbind {home} /root",
             f"exec /usr/sbin/sshd -D -e -f {self.folder / 'sshd_config'}",
@@ -248,6 +256,7 @@ class Network:
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key))
         shutil.copy(self.folder / "client_key.pub", self.folder / "authorized_keys")
         Path("/run/sshd").mkdir(exist_ok=True)
+        MADE.add(self.bridge)
         sh("ip", "link", "add", self.bridge, "type", "bridge")
         sh("ip", "addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
         sh("ip", "link", "set", self.bridge, "up")
@@ -259,6 +268,7 @@ class Network:
         host = Host(network=self, index=index, name=f"{self.tag}h{index}",
                     ip=f"{self.subnet}.{10 + index}", folder=self.folder / f"h{index}", **options)
         self.hosts.append(host)
+        MADE.update((host.name, host.veth))
         sh("ip", "netns", "add", host.name)
         sh("ip", "link", "add", host.veth, "type", "veth", "peer", "name", "eth0",
            "netns", host.name)
@@ -302,10 +312,13 @@ def local_cluster(name: str, network: Network) -> dict:
 
 
 def leftovers() -> list[str]:
-    """Namespaces and links of this helper that still exist (for the suite's leak check)."""
+    """Namespaces and links this process made that still exist (for the suite's leak check;
+    those of another session running beside it are not counted)."""
+    if not MADE:
+        return []
     names = sh("ip", "netns", "list", check=False).stdout.split()
     links = sh("ip", "-o", "link", check=False).stdout
     found = [n for n in names if n.startswith(PREFIX)]
     found += [part.split("@")[0].rstrip(":") for line in links.splitlines()
               for part in line.split()[1:2] if part.startswith(PREFIX)]
-    return found
+    return sorted(set(found) & MADE)

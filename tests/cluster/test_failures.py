@@ -11,16 +11,16 @@ import time
 import pytest
 import yaml
 
-from .conftest import cli_env, orchestrate
+from .conftest import cli_env, orchestrate, wait_until
 from .hosts import sh
-from .test_e2e import wait_until
 
-pytestmark = [pytest.mark.ssh, pytest.mark.slow]
+pytestmark = [pytest.mark.ssh, pytest.mark.xdist_group("failures")]
 
 
 @pytest.fixture(scope="module")
 def machine(make_machine):
-    return make_machine()
+    # A head alone: every failure here happens on the way to (or on) the head.
+    return make_machine(count=1)
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ import yaml
 from orchestrator import contract
 from orchestrator.cli import main
 
-pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.ray]
+pytestmark = [pytest.mark.ssh, pytest.mark.ray, pytest.mark.xdist_group("shared_cluster")]
 
-DATA = Path(__file__).resolve().parents[2] / "experiments" / "data"
+DATA = Path(__file__).resolve().parents[3] / "experiments" / "data"
 
 
 @pytest.fixture

@@ -17,11 +17,11 @@ import pytest
 
 from tests.helpers import at_terminal, read_json_object, stop
 
-from .test_e2e import wait_until
+from ..conftest import wait_until
 
-pytestmark = [pytest.mark.ssh, pytest.mark.slow, pytest.mark.ray]
+pytestmark = [pytest.mark.ssh, pytest.mark.ray, pytest.mark.xdist_group("shared_cluster")]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Where screenshots are kept for a person to look at after the run (CI keeps the folder).
 ARTIFACTS = Path(os.environ.get("ORCHESTRATE_TEST_ARTIFACTS", REPO / "test-artifacts"))
 LOGIN_TEXT = "Token authentication is enabled"   # Ray 2.60 dashboard's login dialog
