@@ -62,17 +62,21 @@ def _lane(item) -> int:
 
 
 def _started_here() -> set[int]:
-    """Processes running now that a Ray or SSH test starts."""
+    """Processes of this session running now that a Ray or SSH test starts (this session's:
+    they carry its ORCHESTRATE_TEST_SESSION, see tests/conftest.py)."""
+    tag = f"ORCHESTRATE_TEST_SESSION={os.environ.get('ORCHESTRATE_TEST_SESSION')}".encode()
     found = set()
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/cmdline", "rb") as file:
                     line = file.read().replace(b"\0", b" ")
+                if any(word in line for word in STARTED):
+                    with open(f"/proc/{entry.name}/environ", "rb") as file:
+                        if tag in file.read().split(b"\0"):
+                            found.add(int(entry.name))
             except OSError:
                 continue
-            if any(word in line for word in STARTED):
-                found.add(int(entry.name))
     return found
 
 
