@@ -43,8 +43,7 @@ os.environ.update(ISOLATED_ENV)
 # Every process this session starts inherits this variable, so the leak check counts what this
 # session left and nothing of another running beside it (another tier, or pytest-xdist's other
 # worker: each imports this file and draws its own).
-SESSION_TAG = f"ORCHESTRATE_TEST_SESSION={uuid.uuid4().hex}"
-os.environ["ORCHESTRATE_TEST_SESSION"] = SESSION_TAG.split("=", 1)[1]
+os.environ["ORCHESTRATE_TEST_SESSION"] = uuid.uuid4().hex
 
 # Tests send Ctrl-C (SIGINT) to the commands they start. A runner started with SIGINT ignored
 # (`nohup pytest &`) would hand that to every child, which would then never see it: a handler
@@ -178,25 +177,6 @@ STARTED_BY_TESTS = (r"raylet|gcs_server|dashboard/agent|sshd -D -e -f|moto\.serv
                     r"ray\.scripts\.scripts (up|down)")
 
 
-def _running(pattern: str) -> set[int]:
-    """This session's processes matching `pattern`: those that carry its SESSION_TAG (every
-    child of the test process inherits it: a Ray, a host's sshd, a `ray up`). What runs beside
-    the session (a developer's own Ray, another tier's session) is not counted. A host's Ray
-    processes, started over SSH, do not carry it; they die with the host's sshd, which does."""
-    import subprocess
-
-    done = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
-    mine = set()
-    for pid in map(int, done.stdout.split()):
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:   # gone, or not ours to read
-            continue
-        if pid != os.getpid() and SESSION_TAG.encode() in environ.split(b"\0"):
-            mine.add(pid)
-    return mine
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _leaves_nothing_behind():
     """After the whole suite: no process it started is still running (a Ray, an sshd, moto, a
@@ -204,10 +184,13 @@ def _leaves_nothing_behind():
     import time
 
     from tests.cluster.hosts import leftovers
+    from tests.processes import of_this_session
 
     yield
     deadline = time.monotonic() + 60   # Ray's processes take a few seconds to exit
-    while (left := _running(STARTED_BY_TESTS)) and time.monotonic() < deadline:
+    # A host's Ray processes, started over SSH, do not carry the session's tag; they die with
+    # the host's sshd, which does.
+    while (left := of_this_session(STARTED_BY_TESTS)) and time.monotonic() < deadline:
         time.sleep(1)
     names = leftovers()
     assert not left and not names, (

@@ -25,10 +25,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import of_this_session
+
 RAY_FIXTURES = {"local_ray", "shared_ray", "trained"}   # a Ray, or runs trained on one
 SSH_FIXTURES = {"make_machine", "ssh_cluster", "sshd"}
 # What a test marked neither must not leave running (checked in /proc, before and after).
-STARTED = (b"raylet", b"gcs_server", b"sshd -D", b"ray start")
+STARTED = r"raylet|gcs_server|sshd -D|ray start"
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -61,25 +63,6 @@ def _lane(item) -> int:
     return FIRST.index(group) if group in FIRST else len(FIRST)
 
 
-def _started_here() -> set[int]:
-    """Processes of this session running now that a Ray or SSH test starts (this session's:
-    they carry its ORCHESTRATE_TEST_SESSION, see tests/conftest.py)."""
-    tag = f"ORCHESTRATE_TEST_SESSION={os.environ.get('ORCHESTRATE_TEST_SESSION')}".encode()
-    found = set()
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as file:
-                    line = file.read().replace(b"\0", b" ")
-                if any(word in line for word in STARTED):
-                    with open(f"/proc/{entry.name}/environ", "rb") as file:
-                        if tag in file.read().split(b"\0"):
-                            found.add(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 @pytest.fixture(autouse=True)
 def _marker_is_true(request, monkeypatch, _isolated):
     marks = {mark.name for mark in request.node.iter_markers()}
@@ -100,9 +83,9 @@ def _marker_is_true(request, monkeypatch, _isolated):
         raise AssertionError("a test of the fast tier started the embedded Ray: mark it ray")
 
     monkeypatch.setattr(embedded, "start", refuse)
-    before = _started_here()
+    before = of_this_session(STARTED)
     yield
-    started = _started_here() - before
+    started = of_this_session(STARTED) - before
     if started:
         pytest.fail(f"a test of the fast tier left processes {sorted(started)} running (a Ray "
                     "or an sshd): mark it ray or ssh, and stop what it starts", pytrace=False)

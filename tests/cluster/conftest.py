@@ -174,15 +174,6 @@ def tear_down(handle: ClusterHandle) -> None:
         handle.cli("down", handle.name, "-y")
 
 
-def wait_until(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return predicate()
-
-
 def submit_and_wait(address: str, headers: dict, entrypoint: str, timeout: float = 300) -> str:
     from ray.job_submission import JobStatus, JobSubmissionClient
 

@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from orchestrator import contract
+from orchestrator.util.waiting import until
 from tests.helpers import at_terminal
 
-from .conftest import launch, submit_and_wait, wait_until
+from .conftest import launch, submit_and_wait
 
 pytestmark = [pytest.mark.ssh, pytest.mark.ray]
 
@@ -119,7 +120,7 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
             one = handle.cli("status", handle.name, "--format", "json")
             seen.update(code=one.returncode, err=one.stderr, rows=json.loads(one.stdout or "[]"))
             return one.returncode == 0 and [r["live"].get("nodes_alive") for r in seen["rows"]] == [2]
-        assert wait_until(whole, 120), seen
+        assert until(whole, timeout=120), seen
         [row] = seen["rows"]
         assert row["name"] == handle.name and row["state"] == "up"
         assert row["live"]["reachable"] is True and row["live"]["session"] != live["session"]
@@ -150,5 +151,5 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
     assert down.returncode == 0, down.stderr
     assert handle.record() is None
     assert not (handle.home / "clusters" / handle.name).exists()
-    assert wait_until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), 30), \
+    assert until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), timeout=30), \
         "Ray processes of the cluster are still running after down"

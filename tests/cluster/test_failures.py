@@ -11,7 +11,9 @@ import time
 import pytest
 import yaml
 
-from .conftest import cli_env, orchestrate, wait_until
+from orchestrator.util.waiting import until
+
+from .conftest import cli_env, orchestrate
 from .hosts import sh
 
 pytestmark = [pytest.mark.ssh, pytest.mark.xdist_group("failures")]
@@ -46,7 +48,7 @@ def down_cleans_up(env, name, machine, target: str | None = None) -> None:
     assert f"cluster {name} is down and forgotten" in done.stderr
     assert record_of(env, name) is None
     left = lambda: machine.ray_pids("ray|gcs_server|raylet")  # noqa: E731
-    assert wait_until(lambda: not left(), 30), f"Ray processes left after down: {left()}"
+    assert until(lambda: not left(), timeout=30), f"Ray processes left after down: {left()}"
 
 
 def test_wrong_key(machine, env, tmp_path):
@@ -124,7 +126,7 @@ def test_ctrl_c_during_up(machine, env, tmp_path):
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # Interrupt once `ray up` is working on the head over SSH.
-        assert wait_until(lambda: machine.accepted_logins() > logins, 120)
+        assert until(lambda: machine.accepted_logins() > logins, timeout=120)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=60)
     finally:

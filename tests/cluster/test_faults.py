@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import cli_env, orchestrate, wait_until
+from orchestrator.util.waiting import until
+
+from .conftest import cli_env, orchestrate
 
 pytestmark = [pytest.mark.ssh, pytest.mark.ray, pytest.mark.xdist_group("faults")]
 
@@ -148,7 +150,7 @@ def training(env, machine, tmp_path: Path, name: str, *, epochs: int, max_failur
             return any(line.startswith("orchestrate: run ") for line in list(run.lines))
         return len(run.epochs()) >= after
 
-    assert wait_until(lambda: far_enough() or run.process.poll() is not None, 300)
+    assert until(lambda: far_enough() or run.process.poll() is not None, timeout=300)
     return run
 
 
@@ -178,7 +180,7 @@ def test_a_worker_dies_then_another_is_cut_off_then_down_with_one_dead(machine, 
     # network is cut mid-training, in a run with max_failures 0.
     run = Run(env, experiment(tmp_path, machine.folder / f"{name}.yaml", f"{name}-cut",
                               epochs=1000, max_failures=0))   # it cannot end before the cut
-    assert wait_until(lambda: run.epochs() or run.process.poll() is not None, 300)
+    assert until(lambda: run.epochs() or run.process.poll() is not None, timeout=300)
     cut = machine.hosts[1]
     cut.cut()
     try:
@@ -196,7 +198,7 @@ def test_a_worker_dies_then_another_is_cut_off_then_down_with_one_dead(machine, 
     assert done.returncode == 0, done.stderr
     assert f"could not stop Ray on worker {lost.ip}" in done.stderr, done.stderr
     assert status_of(env, name) == {}
-    assert wait_until(lambda: not (machine.hosts[0].pids() or machine.hosts[1].pids()), 60), \
+    assert until(lambda: not (machine.hosts[0].pids() or machine.hosts[1].pids()), timeout=60), \
         machine.ray_processes()
 
 
@@ -215,7 +217,7 @@ def test_the_head_dies_while_run_follows(machine, env, tmp_path):
     # `down` still stops Ray on the surviving hosts, in bounded time, and says what it could not.
     done = orchestrate(env, "down", name, "-y", timeout=600)
     assert done.returncode == 0, done.stderr
-    assert wait_until(lambda: not (machine.hosts[1].pids() or machine.hosts[2].pids()), 60)
+    assert until(lambda: not (machine.hosts[1].pids() or machine.hosts[2].pids()), timeout=60)
     # With the head back, `up` brings the cluster back; fault 7 is tried on the way.
     head.start()
     two_ups_then_ups_killed_while_they_write_state(env, machine, name)
@@ -232,7 +234,7 @@ def test_a_worker_unreachable_during_up(machine, env):
     assert "partial" in (record.get("message") or "") and off.ip in record["message"], record
     down = orchestrate(env, "down", name, "-y", timeout=600)
     assert down.returncode == 0, down.stderr
-    assert wait_until(lambda: not any(h.pids() for h in machine.hosts[:2]), 60)
+    assert until(lambda: not any(h.pids() for h in machine.hosts[:2]), timeout=60)
 
 
 def two_ups_then_ups_killed_while_they_write_state(env, machine, name: str) -> None:

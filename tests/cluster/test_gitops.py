@@ -21,7 +21,7 @@ from orchestrator.util.waiting import until
 
 from ..moto_server import make_bucket, moto_server  # noqa: F401 - a fixture
 from ..processes import stop
-from .conftest import orchestrate, wait_until
+from .conftest import orchestrate
 
 pytestmark = [pytest.mark.ssh, pytest.mark.ray]
 
@@ -201,7 +201,7 @@ def test_two_runners_share_one_project(make_machine, moto_server, tmp_path, monk
         assert f"cluster/{name}" in state(s3)["resources"]
         a("apply", "-y", "--allow-destructive")
         assert sorted(state(s3)["resources"]) == ["experiment/first"]
-        assert wait_until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), 60), \
+        assert until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), timeout=60), \
             machine.ray_processes()
 
         # The token was never printed, logged, or written into state or plans.

@@ -9,8 +9,9 @@ import urllib.request
 import pytest
 
 from orchestrator import contract
+from orchestrator.util.waiting import until
 
-from ..conftest import submit_and_wait, wait_until
+from ..conftest import submit_and_wait
 
 pytestmark = [pytest.mark.ssh, pytest.mark.ray, pytest.mark.xdist_group("shared_cluster")]
 
@@ -41,15 +42,16 @@ def test_ssh_forward_reaches_a_loopback_only_port_on_the_head(ssh_cluster, tmp_p
                         "--directory", str(tmp_path), str(port_on_head))
     auth = {"ssh_user": "root", "ssh_private_key": str(machine.client_key)}
     try:
-        assert wait_until(lambda: head.in_host(
-            f"exec 3<>/dev/tcp/127.0.0.1/{port_on_head}", shell=True, check=False).returncode == 0, 20)
+        listening = f"exec 3<>/dev/tcp/127.0.0.1/{port_on_head}"
+        assert until(lambda: head.in_host(listening, shell=True, check=False).returncode == 0,
+                     timeout=20)
         assert http_status_or_none(f"http://{head.ip}:{port_on_head}/hello") is None  # not outside
         logins = machine.accepted_logins()
         with forward(auth, head.ip, port_on_head, timeout=20) as port, \
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/hello", timeout=10) as response:
             assert response.read() == b"hello from the head's loopback"
         assert machine.accepted_logins() == logins + 1
-        assert wait_until(lambda: http_status_or_none(f"http://127.0.0.1:{port}/") is None, 10)
+        assert until(lambda: http_status_or_none(f"http://127.0.0.1:{port}/") is None, timeout=10)
     finally:
         server.terminate()
         server.wait(10)

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.util.waiting import until
 from tests.helpers import at_terminal, read_json_object, stop
-
-from ..conftest import wait_until
 
 pytestmark = [pytest.mark.ssh, pytest.mark.ray, pytest.mark.xdist_group("shared_cluster")]
 
@@ -64,7 +63,7 @@ def test_exec_at_a_terminal_gets_one_and_ctrl_c_stops_it_off_one(ssh_cluster):
                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                start_new_session=True)
     try:
-        assert wait_until(lambda: head.pids(marker), 60), "the command never started on the head"
+        assert until(lambda: head.pids(marker), timeout=60), "the command never started on the head"
         os.killpg(process.pid, signal.SIGINT)
         process.wait(timeout=30)
     finally:
@@ -72,7 +71,7 @@ def test_exec_at_a_terminal_gets_one_and_ctrl_c_stops_it_off_one(ssh_cluster):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     assert process.returncode != 0
-    assert wait_until(lambda: not head.pids(marker), 30), "the remote command outlived Ctrl-C"
+    assert until(lambda: not head.pids(marker), timeout=30), "the remote command outlived Ctrl-C"
 
 
 def test_rsync_up_then_exec_cat_then_rsync_down(ssh_cluster, tmp_path):
@@ -141,7 +140,7 @@ def test_dashboard_signs_a_browser_in_without_the_token_typed(ssh_cluster, tmp_p
     try:
         report = read_json_object(process)
         assert report["url"] == f"http://127.0.0.1:{port}" and report["browser"] == "opening"
-        assert wait_until(opened.exists, 10)
+        assert until(opened.exists, timeout=10)
         sign_in = opened.read_text().split()[0]
         assert sign_in == report["sign_in_url"] and sign_in.startswith("http://127.0.0.1:")
 
@@ -152,7 +151,7 @@ def test_dashboard_signs_a_browser_in_without_the_token_typed(ssh_cluster, tmp_p
 
         with chromium(tmp_path / "profile-a") as signed_in:
             signed_in.get(sign_in)
-            assert wait_until(lambda: signed_in.current_url.startswith(report["url"]), 30)
+            assert until(lambda: signed_in.current_url.startswith(report["url"]), timeout=30)
             signed_in.get(report["url"] + "/#/cluster")
             # The node list and the page's own count (its "Node Statistics") arrive separately.
             shown = wait_for_text(signed_in, lambda text: all(ip in text for ip in ips)
@@ -179,7 +178,7 @@ def test_dashboard_signs_a_browser_in_without_the_token_typed(ssh_cluster, tmp_p
     assert process.returncode == 143, err                # SIGTERM: closed, as after Ctrl-C
     assert "a browser signed in" in err
     assert ssh_cluster.token not in out + err + opened.read_text()
-    assert wait_until(lambda: is_free(port), 10), "the forward outlived `orchestrate dashboard`"
+    assert until(lambda: is_free(port), timeout=10), "the forward outlived `orchestrate dashboard`"
 
 
 def test_dashboard_ends_when_its_forward_dies(ssh_cluster):
