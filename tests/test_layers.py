@@ -14,8 +14,8 @@ LAYERS = [
     {"providers", "state", "workload"},
     {"language"},
     {"render"},
-    {"endpoint", "signin"},
-    {"cluster", "embedded"},
+    {"reach"},
+    {"cluster"},
     {"jobs", "gitops"},
     {"commands", "cli", "__main__"},
 ]
@@ -106,3 +106,71 @@ def test_no_provider_name_is_compared_outside_the_provider_modules():
                 if names & {c for c in constants if isinstance(c, str)}:
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
     assert not found, "provider names compared outside providers/: " + ", ".join(found)
+
+
+def module_name(path: Path) -> str:
+    """orchestrator/state/__init__.py -> orchestrator.state; orchestrator/cli.py -> orchestrator.cli"""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of orchestrate it imports, at the top or inside a function alike
+    (an import moved into a function to dodge a circle is still the circle)."""
+    paths = modules()
+    names = {module_name(p) for p in paths}
+    graph: dict[str, set[str]] = {}
+    for path in paths:
+        name = module_name(path)
+        targets = set()
+        for _line, imported in imports(path):
+            target = imported
+            while target not in names and "." in target:  # `from .m import Name`: the module
+                target = target.rsplit(".", 1)[0]
+            if target != name:
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_circles_are_found():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle():
+    found = circles(import_graph())
+    assert not found, "modules that import each other (directly or round a circle):\n" + \
+        "\n".join(" <-> ".join(c) for c in found)

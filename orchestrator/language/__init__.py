@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 
 
 def kind_of(data: dict[str, Any]) -> str | None:
-    from .cluster import is_cluster_document
-    from .experiment import is_experiment_document
+    from .kinds import is_cluster_document, is_experiment_document
     from .service import is_service_document
 
     if is_cluster_document(data):

@@ -20,6 +20,7 @@ from .. import providers
 from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
 from ..yamlload import Document, FieldPath, format_path, load_file
+from .kinds import is_cluster_document, is_experiment_document
 from .paths import holds
 from .paths import local as local_path
 from .schema import describe_value, load_schema, schema_problems
@@ -59,10 +60,6 @@ class ClusterSpec:
 
     def problem(self, path: FieldPath, message: str, hint: str | None = None) -> Problem:
         return Problem(str(self.path), message, self.line_of(path), None, format_path(path), hint)
-
-
-def is_cluster_document(data: dict[str, Any]) -> bool:
-    return "provider" in data or "cluster_name" in data
 
 
 def _provider_of(data: dict[str, Any]) -> providers.Provider | None:
@@ -317,8 +314,6 @@ def _in_order(problems: list[Problem]) -> list[Problem]:
 def load_cluster(path: str | Path, *, here: bool = True) -> ClusterSpec:
     """Load and validate a cluster file. `here=False` when it is only checked, not launched from
     this machine (`validate`): machine-dependent checks are then warnings."""
-    from .experiment import is_experiment_document
-
     path = Path(path)
     doc = load_file(path)
     if not is_cluster_document(doc.data) and is_experiment_document(doc.data):

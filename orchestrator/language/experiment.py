@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..contract import DOMAINS, LIST_DOMAINS
 from ..errors import Problem, SpecError
@@ -15,12 +15,10 @@ from ..util.text import did_you_mean
 from ..util.uris import is_uri
 from ..yamlload import Document, FieldPath, load_file
 from . import environment
+from .cluster import ClusterSpec, load_cluster
 from .environment import Environment
 from .paths import holds, local
 from .schema import schema_problems
-
-if TYPE_CHECKING:  # at run time, language.cluster is imported only where a cluster file is loaded
-    from .cluster import ClusterSpec
 
 MODEL_ARGS = {
     "vit": ("image_size", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
@@ -44,10 +42,6 @@ class ExperimentSpec:
     cluster: ClusterSpec | None = None  # None: the embedded local Ray
     source: Document | None = field(repr=False, compare=False, default=None)
     environment: Environment = field(default_factory=Environment)  # runtime_env: pip, env_vars
-
-
-def is_experiment_document(data: dict[str, Any]) -> bool:
-    return "trainer" in data or "train_loop_config" in data or "datasets" in data
 
 
 def _model_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
@@ -183,8 +177,6 @@ def cluster_of(doc: Document, data: dict[str, Any], base: Path,
     """The file's `cluster:` loaded (relative to `base`), or its problems as this file's."""
     if "cluster" not in data:
         return None, []
-    from .cluster import load_cluster
-
     path = local(base, data["cluster"])
     try:
         return load_cluster(path, here=here), []

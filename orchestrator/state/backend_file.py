@@ -11,7 +11,7 @@ from pathlib import Path
 from ..errors import StateConflict, StateError
 from ..util.files import atomic_write, private_folder
 from ..util.locks import Busy, held
-from .backends import LOCK, STATE, UNREADABLE, LockInfo, not_held, other_id, parse_lock, refused
+from .backend_base import LOCK, STATE, UNREADABLE, LockInfo, not_held, other_id, parse_lock, refused
 
 # --- on this machine (or a shared file system) ---------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ..errors import StateConflict, StateError, require
-from .backends import LOCK, STATE, UNREADABLE, LockInfo, not_held, other_id, parse_lock, refused
+from .backend_base import LOCK, STATE, UNREADABLE, LockInfo, not_held, other_id, parse_lock, refused
 
 # --- Amazon S3 -------------------------------------------------------------------------------
 
