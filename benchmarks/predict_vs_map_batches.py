@@ -40,7 +40,7 @@ HANDWRITTEN = ROOT / "benchmarks" / "handwritten"
 def setup(rows: int, files: int, train_rows: int) -> Iterator[tuple[Bench, int]]:
     """A scratch folder with the data, the embedded local Ray both sides submit to, and its CPUs;
     the Ray is stopped and the folder removed on the way out, also on error."""
-    from orchestrator import embedded
+    from orchestrator.reach import embedded
     from orchestrator.state import State
     from tests.workload.synthetic import write_image_parquet
 

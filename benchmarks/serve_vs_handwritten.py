@@ -92,7 +92,7 @@ def setup() -> Iterator[Bench]:
     local Ray stopped and the folder removed."""
     import pandas as pd
 
-    from orchestrator import embedded
+    from orchestrator.reach import embedded
     from orchestrator.state import State
     from tests.workload.synthetic import write_breast_cancer_csv
 

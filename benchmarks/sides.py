@@ -93,7 +93,7 @@ def bench(rows: int, epochs: int, workers: int) -> Iterator[Bench]:
     """A scratch folder with the data, and an embedded local Ray both sides submit to."""
     import tempfile
 
-    from orchestrator import embedded
+    from orchestrator.reach import embedded
     from orchestrator.state import State
     from tests.workload.synthetic import write_image_parquet
 

@@ -84,7 +84,7 @@ def main() -> None:
                         help="track to a folder instead of a local `mlflow server`")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from orchestrator import embedded
+    from orchestrator.reach import embedded
     from orchestrator.state import State
 
     work = Path(tempfile.mkdtemp(prefix="orc-bench-tracking-"))

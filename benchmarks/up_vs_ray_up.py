@@ -33,7 +33,7 @@ from pathlib import Path
 from sides import ROOT, spread
 
 from orchestrator.cluster.health import probe
-from orchestrator.endpoint import Endpoint
+from orchestrator.reach.endpoint import Endpoint
 from tests.cluster.hosts import Network, local_cluster
 
 

@@ -79,7 +79,7 @@ class SharedRay:
     def get(self):
         """The Ray, started again if it no longer answers (a test must not be the next one's
         failure)."""
-        from orchestrator import embedded
+        from orchestrator.reach import embedded
 
         if self.ray is None or not embedded._answers(self.ray.address, self.secrets):
             self.stop()
@@ -88,7 +88,7 @@ class SharedRay:
 
     @property
     def token(self) -> str:
-        from orchestrator import embedded
+        from orchestrator.reach import embedded
 
         return self.secrets.read(embedded.TOKEN_KEY)
 
@@ -97,7 +97,7 @@ class SharedRay:
         `orchestrate run` there stops it when it ends) and its token."""
         from dataclasses import replace
 
-        from orchestrator import embedded
+        from orchestrator.reach import embedded
         from orchestrator.state import State
 
         ray = self.get()
@@ -109,8 +109,8 @@ class SharedRay:
     def tidy(self) -> None:
         """After a test: the jobs it left running are stopped and Serve is shut down, so the
         next test finds the Ray idle, as if it were new."""
-        from orchestrator import embedded
         from orchestrator.jobs.client import TERMINAL, JobsClient
+        from orchestrator.reach import embedded
         from orchestrator.util import http
 
         if self.ray is None:
@@ -131,7 +131,7 @@ class SharedRay:
         assert embedded._answers(self.ray.address, self.secrets)
 
     def stop(self) -> None:
-        from orchestrator import embedded
+        from orchestrator.reach import embedded
 
         if self.ray is not None:
             embedded.stop(self.ray)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import embedded as local
+from orchestrator.reach import embedded as local
 from orchestrator.state import State
 from tests.helpers import jobs_client
 

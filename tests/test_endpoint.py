@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from orchestrator.endpoint import DIRECT, Endpoint, open_cluster
 from orchestrator.errors import ClusterError
+from orchestrator.reach.endpoint import DIRECT, Endpoint, open_cluster
 from orchestrator.state import UP, ClusterRecord, cluster_key
 
 

@@ -64,7 +64,7 @@ def test_the_head_line_keeps_every_character_of_the_command(tmp_path):
 
 
 def test_the_sign_in_cookie_is_rays_made_a_session_cookie():
-    from orchestrator.signin import session_cookie
+    from orchestrator.reach.signin import session_cookie
 
     ray_says = "ray-authentication-token=abc.def; HttpOnly; Max-Age=2592000; Path=/; SameSite=Strict"
     handed_on = session_cookie(ray_says)
@@ -191,7 +191,7 @@ def test_the_sign_in_link_refuses_another_users_connection(local_ray):
     """The link reaches the browser on its command line, which every local user can read: a
     connection of another user (uid nobody, through Debian's own python3) gets 403 and does
     not spend it; ours then does."""
-    from orchestrator.signin import SignIn
+    from orchestrator.reach.signin import SignIn
     from tests import prerequisites
 
     prerequisites.require()   # root, to connect as another user (fails naming it, never skips)

@@ -77,7 +77,7 @@ def _marker_is_true(request, monkeypatch, _isolated):
         if passed and not names & RAY_FIXTURES and not (home / "local-ray").is_dir():
             pytest.fail("marked ray, but it used no Ray: mark it for the fast tier", pytrace=False)
         return
-    from orchestrator import embedded
+    from orchestrator.reach import embedded
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("a test of the fast tier started the embedded Ray: mark it ray")

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Protocol
 
 from .. import providers
-from ..endpoint import open_cluster
 from ..errors import ClusterError, OrchestrateError, PreflightError
 from ..language.cluster import ClusterSpec
+from ..reach.endpoint import open_cluster
 from ..render.cluster import RenderedCluster, render_cluster
 from ..state import FAILED, INTERRUPTED, LAUNCHING, STOPPING, UP, ClusterRecord, State, cluster_key
+from ..util.progress import Progress
 from ..util.waiting import poll
 from .health import Health, probe, probe_cluster
 from .plan import Action, ClusterPlan, Recorded, plan_cluster
 
-Progress = Callable[[str], None]
 Confirm = Callable[[str], bool]
 
 # What `up` reports it did, by the plan's action.

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..endpoint import Endpoint, open_cluster
 from ..errors import ClusterError
+from ..reach.endpoint import Endpoint, open_cluster
 from ..state import UP, ClusterRecord, State
 from ..util.http import HttpError, get_json
 

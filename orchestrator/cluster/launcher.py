@@ -13,7 +13,7 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
@@ -21,6 +21,7 @@ from .. import providers
 from ..errors import ClusterError
 from ..state import State, cluster_key
 from ..util.processes import dies_with_parent, handing_signals_to, ray_command, stop_child_group
+from ..util.progress import Progress
 from . import local_nodes
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -47,7 +48,6 @@ DIAGNOSES = (
 _NOISE = ("File Mount:", "If you experience issues with the cloud provider", "!!!",
           "Full traceback:", "Exception details:")
 
-Progress = Callable[[str], None]
 
 
 def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: float,

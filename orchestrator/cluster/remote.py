@@ -19,8 +19,8 @@ import threading
 from collections.abc import Sequence
 from typing import IO, Any
 
-from ..endpoint import rendered
 from ..errors import ClusterError
+from ..reach.endpoint import rendered
 from ..state import UP, ClusterRecord, State
 from ..util import ssh
 from ..util.processes import dies_with_parent, handing_signals_to

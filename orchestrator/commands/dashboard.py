@@ -1,7 +1,7 @@
 """orchestrate dashboard [NAME]: Ray's dashboard in a browser, signed in, until Ctrl-C.
 
 A cluster's dashboard is brought to this machine's loopback by an SSH forward; the local Ray's
-is there already. A one-time sign-in link (orchestrator.signin) gets the browser Ray's own
+is there already. A one-time sign-in link (orchestrator.reach.signin) gets the browser Ray's own
 token cookie, so nobody pastes the token and it never appears in a URL.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..signin import SignIn
+    from ..reach.signin import SignIn
     from ..state import State
     from ..util.ports import is_free
 
@@ -78,9 +78,9 @@ def run(args: argparse.Namespace) -> int:
 def _reached(args: argparse.Namespace, state: Any,
              port: int) -> Iterator[tuple[Any, str, Callable[[], ClusterError | None]]]:
     """(endpoint on 127.0.0.1, what it is, a check: the error to end with once it is gone)."""
-    from .. import embedded
     from ..cluster.remote import usable
-    from ..endpoint import open_dashboard
+    from ..reach import embedded
+    from ..reach.endpoint import open_dashboard
     from ..util.processes import alive
     from . import pick
 
@@ -149,7 +149,7 @@ def open_browser(url: str) -> None:
 
 
 def _tell(report: dict[str, Any], form: str) -> None:
-    from ..signin import LIFETIME
+    from ..reach.signin import LIFETIME
 
     if form == "json":
         emit_json(report)

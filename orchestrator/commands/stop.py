@@ -16,8 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import embedded
     from ..jobs.targets import jobs_of
+    from ..reach import embedded
     from ..state import State
     from . import pick
 

@@ -27,7 +27,7 @@ from .store import STAMPS, ProjectState, stamp
 if TYPE_CHECKING:  # the types only: cluster.apply brings the launcher and the SSH client
     from ..cluster.apply import UpOptions, UpResult
 
-Progress = Callable[[str], None]
+from ..util.progress import Progress
 
 
 def _same(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:

@@ -14,12 +14,12 @@ from typing import Any
 from ..errors import JobError, OrchestrateError, SpecError, StateError
 from ..language.cluster import ClusterSpec
 from ..language.experiment import ExperimentSpec
+from ..util.progress import Progress
 from . import actions, report
 from .plan import Planned, PlanOptions, make_plan
 from .planner import Change
 from .store import ProjectState
 
-Progress = Callable[[str], None]
 LOCK_WAIT = 120.0   # for the short writes after the actions (a job's final status)
 Confirm = Callable[[str], bool]
 

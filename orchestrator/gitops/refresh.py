@@ -11,10 +11,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import embedded
 from ..cluster.health import probe
-from ..endpoint import open_cluster
 from ..errors import OrchestrateError, StateError
+from ..reach import embedded
+from ..reach.endpoint import open_cluster
 from ..state import UP, State, home
 from ..state.document import StateDoc
 from ..state.folder import FolderStore

@@ -24,7 +24,8 @@ from .store import ProjectState
 if TYPE_CHECKING:
     from ..cluster.apply import UpOptions, UpResult
 
-Progress = Callable[[str], None]
+from ..util.progress import Progress
+
 LOCK_WAIT = 120.0   # `run` records its job after submitting it: worth waiting for the lock
 
 

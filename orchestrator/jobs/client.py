@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..endpoint import Endpoint
 from ..errors import JobError, MissingDependency
+from ..reach.endpoint import Endpoint
 from ..util.waiting import poll
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")

@@ -20,19 +20,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import contract, embedded
+from .. import contract
 from ..contract import JobConfig
 from ..errors import JobError, Problem, SpecError
 from ..language.experiment import ExperimentSpec
+from ..reach import embedded
 from ..render.experiment import JobPlan, render_job, ship
 from ..state import ClusterRecord, State
 from ..util import workdir
+from ..util.progress import Progress
 from ..util.text import size_text
 from ..util.uris import is_uri
 from .client import JobsClient
 from .targets import jobs_on, recorded_cluster
 
-Progress = Callable[[str], None]
 TAIL = 25  # log lines shown when a job fails
 
 

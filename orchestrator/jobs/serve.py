@@ -17,23 +17,23 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import embedded
-from ..endpoint import Endpoint, forward
 from ..errors import OrchestrateError, Problem, ServeError, SpecError
 from ..language.service import ServiceSpec
+from ..reach import embedded
+from ..reach.endpoint import Endpoint, forward
 from ..render import service as render
 from ..state import ClusterRecord, State, service_key
 from ..util import http
 from ..util.ports import free_port
+from ..util.progress import Progress
 from ..util.waiting import poll
 from .experiment import latest_run
 from .targets import recorded_cluster
 
-Progress = Callable[[str], None]
 API = "/api/serve/applications/"
 DEPLOY_TIMEOUT = 600.0
 
@@ -89,7 +89,7 @@ def target(cluster: ClusterRecord | None, state: State, *,
     """(the dashboard's Endpoint, the host the Serve proxy binds to): the cluster's, or the
     local Ray's (started and kept running if `start`)."""
     if cluster is not None:
-        from ..endpoint import open_cluster
+        from ..reach.endpoint import open_cluster
 
         with open_cluster(cluster, state) as endpoint:
             yield endpoint, "127.0.0.1" if cluster.tunneled else str(cluster.head_ip)

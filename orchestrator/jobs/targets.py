@@ -6,9 +6,9 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from .. import embedded
-from ..endpoint import open_cluster
 from ..errors import ClusterError, JobError
+from ..reach import embedded
+from ..reach.endpoint import open_cluster
 from ..state import ClusterRecord, State
 from ..state.folder import is_valid_name
 from .client import JobsClient

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from ..errors import Problem
+from ..util.progress import Progress
 from ..util.text import close_matches
 from ..yamlload import Document
 
@@ -22,7 +23,7 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 
 Config = dict[str, Any]          # a cluster document in Ray's dialect
 FieldPath = tuple[str | int, ...]
-Progress = Callable[[str], None]
+
 Group = TypeVar("Group", bound=Hashable)  # what `worst_case` sums weights by
 
 

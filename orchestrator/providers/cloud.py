@@ -6,8 +6,9 @@ forward, the head's address comes from `ray get-head-ip`, and `ray down` removes
 from __future__ import annotations
 
 from ..errors import Problem
+from ..util.progress import Progress
 from ..yamlload import Document
-from .base import WARN, CheckResult, ClusterView, Config, FieldPath, Progress
+from .base import WARN, CheckResult, ClusterView, Config, FieldPath
 
 LEGACY_KEYS: tuple[str, ...] = ()
 RAY_REPLACES: tuple[str, ...] = ()

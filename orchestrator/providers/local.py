@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Problem
+from ..util.progress import Progress
 from ..yamlload import Document
-from .base import OK, WARN, CheckResult, Checks, ClusterView, Config, FieldPath, Progress
+from .base import OK, WARN, CheckResult, Checks, ClusterView, Config, FieldPath
 
 NAME = "local"
 EXTRA = None

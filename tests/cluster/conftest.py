@@ -108,8 +108,8 @@ class ClusterHandle:
 
     @contextlib.contextmanager
     def open(self):
-        """`orchestrator.endpoint.open_cluster` for this cluster, in this process."""
-        from orchestrator.endpoint import open_cluster
+        """`orchestrator.reach.endpoint.open_cluster` for this cluster, in this process."""
+        from orchestrator.reach.endpoint import open_cluster
         from orchestrator.state import State
 
         before = os.environ.get("ORCHESTRATE_HOME")

@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
-from orchestrator.endpoint import Endpoint
 from orchestrator.errors import JobError
 from orchestrator.jobs.client import JobsClient
+from orchestrator.reach.endpoint import Endpoint
 
 
 def test_unreachable_address_is_a_job_error():

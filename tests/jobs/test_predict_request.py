@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import contract, embedded
+from orchestrator import contract
 from orchestrator.cli import main
 from orchestrator.jobs.predict import PredictOptions, plan, resolve
+from orchestrator.reach import embedded
 from orchestrator.render.predict import Settings
 from orchestrator.state import State
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import embedded
 from orchestrator.cli import main
+from orchestrator.reach import embedded
 from orchestrator.state import State
 from orchestrator.util.waiting import until
 from tests.helpers import jobs_client

@@ -203,9 +203,9 @@ def post_status(url: str, body: dict, headers: dict | None = None) -> int:
 
 
 def test_a_submission_without_the_token_is_refused(ssh_cluster):
-    from orchestrator.endpoint import Endpoint
     from orchestrator.errors import JobError
     from orchestrator.jobs.client import JobsClient
+    from orchestrator.reach.endpoint import Endpoint
 
     body = {"entrypoint": "echo should-not-run"}
     url = ssh_cluster.address + "/api/jobs/"

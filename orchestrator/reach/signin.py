@@ -32,7 +32,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from .errors import ClusterError
+from ..errors import ClusterError
 
 COOKIE_ENDPOINT = "/api/authenticate"
 COOKIE_NAME = "ray-authentication-token"

@@ -16,12 +16,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ClusterError
-from .state import ClusterRecord, State, cluster_key
-from .util import http, ssh
-from .util.ports import free_port, is_free
-from .util.processes import dies_with_parent, stop_child_group
-from .util.waiting import poll
+from ..errors import ClusterError
+from ..state import ClusterRecord, State, cluster_key
+from ..util import http, ssh
+from ..util.ports import free_port, is_free
+from ..util.processes import dies_with_parent, stop_child_group
+from ..util.waiting import poll
 
 DIRECT, FORWARD, EMBEDDED = "direct", "ssh-forward", "embedded"
 
@@ -73,7 +73,7 @@ def open_dashboard(record: ClusterRecord, state: State, *, local_port: int | Non
                    timeout: float = 20,
                    watch: list[subprocess.Popen[str]] | None = None) -> Iterator[Endpoint]:
     """A cluster's dashboard on this machine's loopback, whether or not its jobs need a
-    forward: a browser signs in with a cookie for 127.0.0.1 (orchestrator.signin)."""
+    forward: a browser signs in with a cookie for 127.0.0.1 (orchestrator.reach.signin)."""
     token = state.secrets.read(cluster_key(record.name))
     head = _head_ip(record)
     config = rendered(record, state)

@@ -26,16 +26,16 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from .contract import MLFLOW_CREDENTIALS
+from ..contract import MLFLOW_CREDENTIALS
+from ..errors import JobError, OrchestrateError
+from ..state import SecretStore, home
+from ..util import http
+from ..util.files import atomic_write, tail
+from ..util.locks import Busy, held
+from ..util.ports import free_ports
+from ..util.processes import alive, kill_naming, names_in_command_line, ray_command, stop_group
+from ..util.waiting import until
 from .endpoint import EMBEDDED, Endpoint
-from .errors import JobError, OrchestrateError
-from .state import SecretStore, home
-from .util import http
-from .util.files import atomic_write, tail
-from .util.locks import Busy, held
-from .util.ports import free_ports
-from .util.processes import alive, kill_naming, names_in_command_line, ray_command, stop_group
-from .util.waiting import until
 
 TOKEN_KEY = "local-ray"
 LABEL = "the local Ray"
