@@ -2,7 +2,7 @@
 
     desired   the files, loaded, rendered and hashed independent of the machine
     store     the state document in its backend, its lock, the tokens' references
-    local     checking a state entry out into this machine's workspace, and back in
+    checkout  checking a state entry out into this machine's workspace, and back in
     refresh   what is live (read-only, in a scratch folder)
     planner   the pure decision: ProjectPlan
     plan      the `plan` use case; apply: the `apply` use case; actions: one change each

@@ -21,7 +21,7 @@ from ..language.experiment import ExperimentSpec
 from ..state import cluster_key
 from ..state.backends import LockInfo
 from ..state.document import StateDoc, address
-from .local import checkin, checkout, ensure_token
+from .checkout import checkin, checkout, ensure_token
 from .store import STAMPS, ProjectState, stamp
 
 if TYPE_CHECKING:  # the types only: cluster.apply brings the launcher and the SSH client
@@ -39,7 +39,7 @@ def _same(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
 def _keep(name: str, file: str, ps: ProjectState, doc: StateDoc, who: LockInfo | None) -> None:
     """This machine's record of the cluster into the state, written only if it changed (a
     no-op `up` leaves the serial alone, so saved plans stay valid)."""
-    entry = checkin(name, ps, ps.local, file)
+    entry = checkin(name, ps, ps.machine, file)
     where = address("cluster", name)
     if _same(doc.resources.get(where), entry):
         return
@@ -54,7 +54,7 @@ def checkout_cluster(name: str, ps: ProjectState, doc: StateDoc) -> None:
     """This machine's files of a cluster the state records (a no-op for unknown ones)."""
     entry = doc.resources.get(address("cluster", name))
     if entry is not None:
-        checkout(entry, ps, ps.local)
+        checkout(entry, ps, ps.machine)
 
 
 def cluster_up(spec: ClusterSpec, file: str, ps: ProjectState, doc: StateDoc,
@@ -65,11 +65,11 @@ def cluster_up(spec: ClusterSpec, file: str, ps: ProjectState, doc: StateDoc,
 
     entry = doc.resources.get(address("cluster", spec.name))
     if entry is not None:
-        checkout(entry, ps, ps.local)
+        checkout(entry, ps, ps.machine)
     else:
-        ensure_token(spec.name, ps, None, ps.local, create=True)
+        ensure_token(spec.name, ps, None, ps.machine, create=True)
     try:
-        return up(spec, ps.local, RayLauncher(ps.local, progress), options or UpOptions(),
+        return up(spec, ps.machine, RayLauncher(ps.machine, progress), options or UpOptions(),
                   progress, confirm)
     finally:  # also after a failed or interrupted `ray up`: the record says how far it got
         _keep(spec.name, file, ps, doc, who)
@@ -81,9 +81,9 @@ def cluster_down(name: str, ps: ProjectState, doc: StateDoc, progress: Progress,
     from ..cluster.launcher import RayLauncher
 
     entry = doc.resources[address("cluster", name)]
-    checkout(entry, ps, ps.local)
+    checkout(entry, ps, ps.machine)
     try:
-        tear_down(name, ps.local, RayLauncher(ps.local, progress), progress, timeout=timeout)
+        tear_down(name, ps.machine, RayLauncher(ps.machine, progress), progress, timeout=timeout)
     finally:
         _keep(name, entry.get("file", ""), ps, doc, None)
     if address("cluster", name) not in doc.resources:
@@ -98,8 +98,8 @@ def experiment_submit(spec: ExperimentSpec, file: str, content_hash: str, ps: Pr
         checkout_cluster(spec.cluster.name, ps, doc)
     options = experiment.RunOptions(detach=True)
     plan = experiment.prepare(spec, options, progress)
-    with experiment.target(spec, ps.local, keep=True, progress=progress) as (jobs, cluster):
-        submission = experiment.submit(plan, spec, jobs, ps.local, cluster, options)
+    with experiment.target(spec, ps.machine, keep=True, progress=progress) as (jobs, cluster):
+        submission = experiment.submit(plan, spec, jobs, ps.machine, cluster, options)
         status = "SUBMITTED" if submission.created else jobs.status(submission.job_id)
     progress(f"  {'submitted' if submission.created else 'found'} job {submission.job_id} on "
              f"{jobs.endpoint.label}")
@@ -128,8 +128,8 @@ def experiment_stop(name: str, ps: ProjectState, doc: StateDoc, progress: Progre
         try:
             if cluster:
                 checkout_cluster(cluster, ps, doc)
-            record = recorded_cluster(ps.local, name=cluster) if cluster else None
-            with jobs_on(record, ps.local) as jobs:
+            record = recorded_cluster(ps.machine, name=cluster) if cluster else None
+            with jobs_on(record, ps.machine) as jobs:
                 stopped = jobs.stop(job)
             progress(f"  {'stopped' if stopped else 'not running:'} job {job}")
         except OrchestrateError as exc:  # its Ray is gone: nothing left to stop

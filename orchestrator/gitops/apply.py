@@ -165,8 +165,8 @@ def _wait(applied: Applied, ps: ProjectState, progress: Progress) -> None:
     for name, job in applied.jobs.items():
         where = address("experiment", name)
         cluster = applied.planned.doc.resources[where].get("cluster")
-        record = recorded_cluster(ps.local, name=cluster) if cluster else None
-        with jobs_on(record, ps.local) as jobs:
+        record = recorded_cluster(ps.machine, name=cluster) if cluster else None
+        with jobs_on(record, ps.machine) as jobs:
             progress(f"following job {job} ({name})")
             status = jobs.follow(job, epoch_printer(True, progress))
         applied.results[name] = status

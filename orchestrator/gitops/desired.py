@@ -37,7 +37,7 @@ class Desired:
     hash: str                     # of the normalised rendering
     spec: ClusterSpec | ExperimentSpec = field(repr=False)
     config: dict[str, Any] | None = field(default=None, repr=False)  # a cluster's, normalised
-    cluster: str | None = None    # an experiment's cluster (None: the runner's local Ray)
+    cluster: str | None = None    # an experiment's cluster (None: the runner's embedded Ray)
     rendered: RenderedCluster | None = field(default=None, repr=False)
 
 
@@ -67,11 +67,11 @@ def _marks(root: Path, token_file: Path | str | None) -> list[tuple[str, str]]:
             (home if home != "/" else "", HOME_MARK)]
 
 
-def localise(config: dict[str, Any], root: Path, token_file: Path | str) -> dict[str, Any]:
+def denormalise(config: dict[str, Any], root: Path, token_file: Path | str) -> dict[str, Any]:
     """The inverse of `normalise` on this machine."""
-    local: dict[str, Any] = replace_strings(config, [(new, old) for old, new
-                                                     in _marks(root, token_file)])
-    return local
+    placed: dict[str, Any] = replace_strings(config, [(new, old) for old, new
+                                                      in _marks(root, token_file)])
+    return placed
 
 
 class _Shipped:
@@ -117,7 +117,7 @@ def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped) -
 def read_desired(project: ProjectSpec, files: list[Path], token_path: Callable[[str], Path],
                  project_files: set[Path] | None = None, *, here: bool = True) -> list[Desired]:
     """Load and render every file; SpecError with the problems of all of them at once, and
-    with two files that claim the same address. `here`: the files' SSH keys and local mounts
+    with two files that claim the same address. `here`: the files' SSH keys and mounted files
     must exist on this machine (apply), or may be missing with a warning (plan)."""
     problems: list[Problem] = []
     desired: dict[str, Desired] = {}

@@ -26,11 +26,11 @@ class ClusterLive:
 class Live:
     refreshed: bool
     clusters: dict[str, ClusterLive] = field(default_factory=dict)
-    local_jobs: dict[str, str] | None = None   # this runner's local Ray (None: not running)
+    embedded_jobs: dict[str, str] | None = None   # this runner's embedded Ray (None: not running)
 
     def job_status(self, cluster: str | None, job_id: str) -> str | None:
         """The job's status, "MISSING" when its Ray answered without it, None when unknown."""
-        jobs = self.local_jobs if cluster is None else \
+        jobs = self.embedded_jobs if cluster is None else \
             (self.clusters[cluster].jobs if cluster in self.clusters
              and self.clusters[cluster].health else None)
         if jobs is None:

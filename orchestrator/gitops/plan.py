@@ -85,7 +85,7 @@ def make_plan(ps: ProjectState, options: PlanOptions) -> Planned:
     if not partial:
         check_not_empty(ps.project, files, doc)
     desired = read_desired(ps.project, files,
-                           lambda name: ps.local.secrets.path(cluster_key(name)),
+                           lambda name: ps.machine.secrets.path(cluster_key(name)),
                            None if partial else set(files), here=options.here)
     if options.refresh:
         from .refresh import refresh  # the HTTP and SSH clients: only when asking

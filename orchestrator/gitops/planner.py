@@ -46,7 +46,7 @@ class Change:
     after: str | None = None            # the hash the file renders to
     fields: tuple[str, ...] = ()        # "~ max_workers", "+ setup_commands", ...
     interrupts: tuple[str, ...] = ()    # running jobs this change would stop
-    cluster: str | None = None          # an experiment's cluster (None: the local Ray)
+    cluster: str | None = None          # an experiment's cluster (None: the embedded Ray)
     destructive: bool = False
 
     def as_dict(self) -> dict[str, Any]:

@@ -21,8 +21,8 @@ from ..state.folder import FolderStore
 from ..state.secrets import FileSecrets
 from ..util.files import private_folder
 from ..util.http import HttpError, get_json
+from .checkout import checkout
 from .live import ClusterLive, Live
-from .local import checkout
 from .store import ProjectState
 
 
@@ -60,13 +60,13 @@ def refresh(doc: StateDoc, ps: ProjectState) -> Live:
                     if (entry.get("record") or {}).get("state") == UP}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    local_jobs = None
-    on_local = any(not e.get("cluster") for e in doc.entries("experiment").values())
-    ray = embedded.current(ps.local.secrets) if on_local else None  # only when it matters
+    embedded_jobs = None
+    on_embedded = any(not e.get("cluster") for e in doc.entries("experiment").values())
+    ray = embedded.current(ps.machine.secrets) if on_embedded else None  # only when it matters
     if ray is not None:
-        endpoint = ray.endpoint(ps.local.secrets)
+        endpoint = ray.endpoint(ps.machine.secrets)
         try:
-            local_jobs = _jobs(endpoint.address, endpoint.token)
+            embedded_jobs = _jobs(endpoint.address, endpoint.token)
         except HttpError:
-            local_jobs = None
-    return Live(True, clusters, local_jobs)
+            embedded_jobs = None
+    return Live(True, clusters, embedded_jobs)

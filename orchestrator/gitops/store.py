@@ -28,19 +28,19 @@ class ProjectState:
     project: ProjectSpec
     backend: Backend
     tokens: TokenSource
-    local: State                                     # this machine's state and secrets
+    machine: State                                   # this machine's state and secrets
     version: str | None = field(default=None, repr=False)
     doc: StateDoc | None = field(default=None, repr=False)
 
     @classmethod
-    def open(cls, project: ProjectSpec, local: State | None = None) -> ProjectState:
-        local = local or State.here()
+    def open(cls, project: ProjectSpec, machine: State | None = None) -> ProjectState:
+        machine = machine or State.here()
         backend = open_backend(project.state, default_folder=home() / "projects" / project.name)
         from ..state.secrets import FileSecrets
 
-        files = local.secrets if isinstance(local.secrets, FileSecrets) else \
+        files = machine.secrets if isinstance(machine.secrets, FileSecrets) else \
             FileSecrets(home() / "secrets")
-        return cls(project, backend, open_tokens(project.secrets, files), local)
+        return cls(project, backend, open_tokens(project.secrets, files), machine)
 
     def read(self) -> StateDoc:
         found = self.backend.read()

@@ -37,19 +37,19 @@ def project_of(path: Path) -> ProjectSpec | None:
     return project if project.contains(path) else None
 
 
-def up(project: ProjectSpec, spec: ClusterSpec, local: State, options: UpOptions,
+def up(project: ProjectSpec, spec: ClusterSpec, machine: State, options: UpOptions,
        progress: Progress, confirm: Callable[[str], bool]) -> UpResult:
-    ps = ProjectState.open(project, local)
+    ps = ProjectState.open(project, machine)
     with ps.lock("up", progress=progress) as who:
         doc = ps.read()
         return actions.cluster_up(spec, project.relative(spec.path), ps, doc, who, progress,
                                   options=options, confirm=confirm)
 
 
-def down(project: ProjectSpec, name: str, local: State, progress: Progress,
+def down(project: ProjectSpec, name: str, machine: State, progress: Progress,
          timeout: float) -> bool:
     """False when the project's state does not record the cluster (the caller goes on)."""
-    ps = ProjectState.open(project, local)
+    ps = ProjectState.open(project, machine)
     with ps.lock("down", progress=progress):
         doc = ps.read()
         if address("cluster", name) not in doc.resources:
@@ -59,11 +59,11 @@ def down(project: ProjectSpec, name: str, local: State, progress: Progress,
 
 
 def record_run(project: ProjectSpec, path: Path, job_id: str, cluster: str | None,
-               local: State, progress: Progress) -> None:
+               machine: State, progress: Progress) -> None:
     """After `run` submitted a job: the experiment's entry, as `apply` would write it."""
-    ps = ProjectState.open(project, local)
+    ps = ProjectState.open(project, machine)
     try:
-        [item] = read_desired(project, [path.resolve()], lambda name: local.secrets.path(cluster_key(name)))
+        [item] = read_desired(project, [path.resolve()], lambda name: machine.secrets.path(cluster_key(name)))
     except SpecError:
         return  # it was valid a moment ago; if it changed since, the next plan shows it
     try:

@@ -214,7 +214,7 @@ def test_a_damaged_plan_file_is_an_error_not_a_crash(project, tmp_path):
 def test_a_cluster_started_before_the_project_keeps_its_token(project, aws_env):  # noqa: F811
     """aws-sm:// tokens (Secrets Manager on moto's server on loopback): the first apply of a
     cluster this machine already runs stores the token it runs with, not a new one."""
-    from orchestrator.gitops.local import ensure_token
+    from orchestrator.gitops.checkout import ensure_token
     from orchestrator.state import cluster_key
 
     document = yaml.safe_load((project.root / "orchestrate.yaml").read_text())

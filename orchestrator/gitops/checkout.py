@@ -2,13 +2,14 @@
 this machine's State (records, rendered configs, Ray's launcher files, token files), so a cluster
 entry is checked out into it before acting, and checked back in after.
 
-    checkout(entry, project_state, local) -> ClusterRecord   the entry, as this machine's files
-    checkin(name, project_state, file) -> Entry              this machine's files, normalised
-    ensure_token(name, project_state, entry)                 the token from its reference (made
-                                                             there for a new cluster), as a 0600 file
+    checkout(entry, project_state, machine) -> ClusterRecord   the entry, as this machine's files
+    checkin(name, project_state, machine, file) -> Entry       this machine's files, normalised
+    ensure_token(name, project_state, entry, machine)          the token from its reference (made
+                                                               there for a new cluster), as a 0600 file
 
-Ray's launcher state for `local` clusters (which hosts are in use, their tags) travels with the
-entry, so the next runner's `ray up --no-restart` sees the head it must not restart.
+Ray's launcher state for on-prem clusters (the `local` provider: which hosts are in use, their
+tags) travels with the entry, so the next runner's `ray up --no-restart` sees the head it must
+not restart.
 """
 from __future__ import annotations
 
@@ -21,14 +22,14 @@ from ..state import UP, ClusterRecord, State, cluster_key
 from ..state.document import Entry
 from ..state.refs import fingerprint
 from ..util.files import atomic_write
-from .desired import localise, normalise
+from .desired import denormalise, normalise
 from .store import ProjectState
 
 LAUNCHER_FILES = "cluster-*.state"   # Ray's LocalNodeProvider state (under RAY_TMPDIR)
 
 
-def _launcher_files(local: State, name: str) -> dict[str, str]:
-    folder = local.store.workspace(name) / "launcher"
+def _launcher_files(machine: State, name: str) -> dict[str, str]:
+    folder = machine.store.workspace(name) / "launcher"
     return {path.relative_to(folder).as_posix(): path.read_text(errors="replace")
             for path in sorted(folder.rglob(LAUNCHER_FILES)) if path.is_file()}
 
@@ -39,7 +40,7 @@ def _record_fields(record: ClusterRecord) -> dict[str, Any]:
             "message": record.message, "created_at": record.created_at}
 
 
-def ensure_token(name: str, ps: ProjectState, entry: Entry | None, local: State, *,
+def ensure_token(name: str, ps: ProjectState, entry: Entry | None, machine: State, *,
                  create: bool = False) -> Path:
     """The cluster's token at this machine's token file, fetched from where the project keeps
     it; a new cluster gets a new token there (`create`). A runner without it gets an error
@@ -53,7 +54,7 @@ def ensure_token(name: str, ps: ProjectState, entry: Entry | None, local: State,
             raise StateError(f"cluster {name!r} runs with the token at {ref}, which this "
                              f"machine cannot read", hint=_token_hint(ps, ref))
         # A cluster this machine started before the project knew it keeps its token.
-        mine = local.secrets.path(key)
+        mine = machine.secrets.path(key)
         running = (mine.read_text().strip() or None) if mine.is_file() else None
         token = ps.tokens.create(key, running)
     elif known.get("fingerprint") and fingerprint(token) != known["fingerprint"]:
@@ -62,7 +63,7 @@ def ensure_token(name: str, ps: ProjectState, entry: Entry | None, local: State,
                          f"{known['fingerprint']})",
                          hint="put the cluster's token back at that reference, or replace the "
                               "cluster")
-    return local.secrets.put(key, token)
+    return machine.secrets.put(key, token)
 
 
 def _token_hint(ps: ProjectState, ref: str) -> str:
@@ -72,39 +73,39 @@ def _token_hint(ps: ProjectState, ref: str) -> str:
     return f"give this machine access to {ref} (a CI secret, or the cloud role's permissions)"
 
 
-def checkout(entry: Entry, ps: ProjectState, local: State) -> ClusterRecord:
+def checkout(entry: Entry, ps: ProjectState, machine: State) -> ClusterRecord:
     """Write the entry as this machine's record, rendered config, launcher files and token."""
     name = entry["name"]
-    token_file = ensure_token(name, ps, entry, local)
-    config = localise(entry["config"], ps.project.root, token_file)
-    local.store.write_rendered(name, config)
+    token_file = ensure_token(name, ps, entry, machine)
+    config = denormalise(entry["config"], ps.project.root, token_file)
+    machine.store.write_rendered(name, config)
     fields = entry.get("record") or {}
     record = ClusterRecord(name=name, provider=entry["provider"],
                            file=str(ps.project.root / entry["file"]),
                            config_hash=config_hash(config), **fields)
     if record.state == UP and record.head_ip and not record.tunneled:
         record.address = f"http://{record.head_ip}:{record.dashboard_port}"
-    local.store.write_cluster(record)
-    folder = local.store.workspace(name) / "launcher"
+    machine.store.write_cluster(record)
+    folder = machine.store.workspace(name) / "launcher"
     for relative, text in (entry.get("launcher") or {}).items():
         target = (folder / relative).resolve()
         if folder.resolve() in target.parents:  # never outside the workspace
             atomic_write(target, text, mode=0o600)
-    return local.store.read_cluster(name) or record
+    return machine.store.read_cluster(name) or record
 
 
-def checkin(name: str, ps: ProjectState, local: State, file: str) -> Entry | None:
+def checkin(name: str, ps: ProjectState, machine: State, file: str) -> Entry | None:
     """This machine's record of the cluster as a state entry (None: it is not recorded)."""
-    record = local.store.read_cluster(name)
+    record = machine.store.read_cluster(name)
     if record is None:
         return None
     key = cluster_key(name)
-    config = local.store.read_rendered(name) or {}
-    token_file = local.secrets.path(key)
-    token = local.secrets.read(key) if token_file.exists() else ""
+    config = machine.store.read_rendered(name) or {}
+    token_file = machine.secrets.path(key)
+    token = machine.secrets.read(key) if token_file.exists() else ""
     normalised = normalise(config, ps.project.root, token_file)
     return {"kind": "cluster", "name": name, "file": file, "provider": record.provider,
             "hash": config_hash(normalised), "config": normalised, "record": _record_fields(record),
-            "launcher": _launcher_files(local, name),
+            "launcher": _launcher_files(machine, name),
             "token": {"ref": ps.tokens.ref(key),
                       "fingerprint": fingerprint(token) if token else None}}
