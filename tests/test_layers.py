@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "orchestrator"
 
 # Lowest first. A module may import from its own layer and from any layer below it.
 LAYERS = [
-    {"errors", "contract", "util", "yamlload", "output", "__init__"},
+    {"errors", "contract", "util", "yamlload", "output", "actions", "__init__"},
     {"providers", "state", "workload"},
     {"language"},
     {"render"},

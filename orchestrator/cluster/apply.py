@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .. import providers
+from ..actions import Action
 from ..errors import ClusterError, OrchestrateError, PreflightError
 from ..language.cluster import ClusterSpec
 from ..reach.endpoint import open_cluster
@@ -25,14 +26,9 @@ from ..state import FAILED, INTERRUPTED, LAUNCHING, STOPPING, UP, ClusterRecord,
 from ..util.progress import Progress
 from ..util.waiting import poll
 from .health import Health, probe, probe_cluster
-from .plan import Action, ClusterPlan, Recorded, plan_cluster
+from .plan import ClusterPlan, Recorded, plan_cluster
 
 Confirm = Callable[[str], bool]
-
-# What `up` reports it did, by the plan's action.
-DONE = {Action.CREATE: "created", Action.NOOP: "unchanged", Action.UPDATE: "updated",
-        Action.RESTART: "restarted", Action.REPLACE: "replaced"}
-
 
 class ClusterBackend(Protocol):
     """What launches and tears down the nodes of a rendered config (RayLauncher: `ray up`)."""
@@ -65,7 +61,7 @@ class UpResult:
 
     @property
     def action(self) -> str:
-        return DONE[self.plan.action]
+        return self.plan.action.done
 
 
 def refresh(record: ClusterRecord | None, state: State, progress: Progress) -> Health | None:

@@ -13,16 +13,18 @@ No I/O here; `orchestrator.cluster.apply` carries a plan out. The actions:
     update    only worker counts/autoscaling changed: `ray up --no-restart` (jobs survive)
     restart   anything else changed (or the cluster stopped answering): `ray up`, Ray restarts
     replace   where the cluster lives changed (provider, region, head node): `down`, then `up`
-    destroy   no longer wanted: `ray down`
+    destroy   no longer wanted: `ray down` (shown as "delete")
+
+The words, past tenses and plan marks of the actions are `orchestrator.actions.Action`'s.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from .. import providers
+from ..actions import Action
 from ..render.cluster import RenderedCluster
 from ..state import UP, ClusterRecord
 
@@ -30,15 +32,6 @@ if TYPE_CHECKING:  # the type only: importing health brings the HTTP client
     from .health import Health
 
 Config = dict[str, Any]
-
-
-class Action(str, Enum):
-    CREATE = "create"
-    NOOP = "no-op"
-    UPDATE = "update"
-    RESTART = "restart"
-    REPLACE = "replace"
-    DESTROY = "destroy"
 
 
 # Changes `ray up --no-restart` applies without restarting Ray (running jobs survive): the head's
@@ -78,7 +71,7 @@ class ClusterPlan:
 
     @property
     def destructive(self) -> bool:
-        return self.action in (Action.RESTART, Action.REPLACE, Action.DESTROY)
+        return self.action.destructive
 
     @property
     def needs_confirmation(self) -> bool:

@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..actions import Action
 from ..errors import JobError, OrchestrateError, SpecError, StateError
 from ..language.cluster import ClusterSpec
 from ..language.experiment import ExperimentSpec
 from ..util.progress import Progress
 from . import actions, report
 from .plan import Planned, PlanOptions, make_plan
-from .planner import Change
+from .planner import LEAVING, Change
 from .store import ProjectState
 
 LOCK_WAIT = 120.0   # for the short writes after the actions (a job's final status)
@@ -122,7 +123,7 @@ def _record_statuses(planned: Planned) -> None:
     runner that cannot reach a job's Ray later still knows whether it ended."""
     for change in planned.plan.changes:
         entry = planned.doc.resources.get(change.address)
-        if change.kind != "experiment" or change.action != "no-op" or entry is None:
+        if change.kind != "experiment" or change.action is not Action.NOOP or entry is None:
             continue
         status = planned.live.job_status(entry.get("cluster"), entry.get("job_id") or "")
         if status and status != "MISSING":
@@ -134,7 +135,7 @@ def _carry_out(change: Change, planned: Planned, ps: ProjectState, who: Any, app
     doc = planned.doc
     item = planned.desired.get(change.address)
     if change.kind == "cluster":
-        if change.action == "delete":
+        if change.action is Action.DESTROY:
             actions.cluster_down(change.name, ps, doc, progress)
         else:
             assert item is not None and isinstance(item.spec, ClusterSpec)
@@ -143,8 +144,8 @@ def _carry_out(change: Change, planned: Planned, ps: ProjectState, who: Any, app
             actions.cluster_up(item.spec, item.file, ps, doc, who, progress,
                                confirm=lambda _question: allow_destructive)
         return
-    if change.action in ("stop", "forget"):
-        if change.action == "stop":
+    if change.action in LEAVING:
+        if change.action is Action.STOP:
             actions.experiment_stop(change.name, ps, doc, progress)
         else:
             actions.experiment_forget(change.name, ps, doc)

@@ -20,18 +20,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..cluster.plan import Action, Recorded, plan_cluster
+from ..actions import GROUPS, Action
+from ..cluster.plan import Recorded, plan_cluster
 from ..errors import Problem, SpecError
 from ..state import UP, ClusterRecord
 from ..state.document import Entry, StateDoc, address
 from .desired import Desired
 from .live import RUNNING, Live
 
-DESTRUCTIVE = ("restart", "replace", "delete", "stop")
-CREATES, UPDATES, DELETES = ("create", "submit"), ("update", "restart", "replace", "resubmit"), \
-    ("delete", "stop", "forget")
-_CLUSTER_ACTIONS = {Action.CREATE: "create", Action.NOOP: "no-op", Action.UPDATE: "update",
-                    Action.RESTART: "restart", Action.REPLACE: "replace", Action.DESTROY: "delete"}
+LEAVING = (Action.STOP, Action.FORGET)   # experiments whose file left the project
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,7 @@ class Change:
     kind: str                           # "cluster" | "experiment"
     name: str
     file: str                           # relative to the project's root ("" if unknown)
-    action: str
+    action: Action
     reason: str
     before: str | None = None           # the hash state records
     after: str | None = None            # the hash the file renders to
@@ -78,19 +75,16 @@ class ProjectPlan:
 
     @property
     def actions(self) -> tuple[Change, ...]:
-        return tuple(c for c in self.changes if c.action != "no-op")
+        return tuple(c for c in self.changes if c.action is not Action.NOOP)
 
     @property
     def destructive(self) -> tuple[Change, ...]:
         return tuple(c for c in self.changes if c.destructive)
 
     def summary(self) -> dict[str, int]:
-        count = {"create": 0, "update": 0, "delete": 0, "unchanged": 0}
+        count = dict.fromkeys(GROUPS, 0)
         for change in self.changes:
-            group = "create" if change.action in CREATES else "update" \
-                if change.action in UPDATES else "delete" if change.action in DELETES \
-                else "unchanged"
-            count[group] += 1
+            count[change.action.group] += 1
         return count
 
 
@@ -129,13 +123,14 @@ def _cluster_changes(desired: dict[str, Desired], doc: StateDoc, live: Live,
             rendered = dataclasses.replace(item.rendered, config=item.config)  # normalised
         plan = plan_cluster(rendered, _recorded(name, entry) if entry else None, health,
                             asked=asked)
-        action = _CLUSTER_ACTIONS[plan.action]
-        if rendered is not None and health is not None and action == "no-op" and \
+        action = plan.action
+        if rendered is not None and health is not None and action is Action.NOOP and \
                 health.nodes_alive < rendered.expected_nodes:
             drift.append(Drift(where, f"{health.nodes_alive} of {rendered.expected_nodes} "
                                       f"nodes alive"))
-        destructive = action in DESTRUCTIVE
-        reason = "the file is no longer in the project" if action == "delete" else plan.reason
+        destructive = action.destructive
+        reason = "the file is no longer in the project" if action is Action.DESTROY \
+            else plan.reason
         if destructive and seen is not None and not seen.asked:
             reason += "; which jobs it runs is unknown (not checked)"
         changes.append(Change(
@@ -169,25 +164,25 @@ def _experiment_changes(desired: dict[str, Desired], doc: StateDoc, live: Live,
         if item is None:
             assert entry is not None
             if running:
-                changes.append(Change(where, "experiment", name, action="stop",
+                changes.append(Change(where, "experiment", name, action=Action.STOP,
                                       reason=f"the file is no longer in the project; job {job} "
                                              f"is {status or 'recorded as running'}",
                                       interrupts=(job,) if job else (), destructive=True, **base))
             else:
-                changes.append(Change(where, "experiment", name, action="forget",
+                changes.append(Change(where, "experiment", name, action=Action.FORGET,
                                       reason="the file is no longer in the project; job "
                                              f"{job} ended ({status or entry.get('status')})",
                                       **base))
         elif entry is None:
-            changes.append(Change(where, "experiment", name, action="submit",
+            changes.append(Change(where, "experiment", name, action=Action.SUBMIT,
                                   reason="not submitted yet", **base))
         elif entry.get("hash") == item.hash:
-            changes.append(Change(where, "experiment", name, action="no-op",
+            changes.append(Change(where, "experiment", name, action=Action.NOOP,
                                   reason=f"submitted as {job} ({status or entry.get('status')})",
                                   **base))
         else:
             interrupts = (job,) if running and job else ()
-            changes.append(Change(where, "experiment", name, action="resubmit",
+            changes.append(Change(where, "experiment", name, action=Action.RESUBMIT,
                                   reason="the experiment changed since it was submitted"
                                          + (f"; job {job} is stopped first" if interrupts else ""),
                                   interrupts=interrupts, destructive=bool(interrupts), **base))
@@ -214,9 +209,9 @@ def plan_project(desired: list[Desired], doc: StateDoc, live: Live, *,
     _check_clusters(experiments, clusters, doc)
     cluster_changes, cluster_drift = _cluster_changes(clusters, doc, live, partial)
     experiment_changes, experiment_drift = _experiment_changes(experiments, doc, live, partial)
-    leaving = [c for c in experiment_changes if c.action in ("stop", "forget")]
-    coming = [c for c in experiment_changes if c.action not in ("stop", "forget")]
-    cluster_changes.sort(key=lambda c: (c.action != "delete", c.name))
+    leaving = [c for c in experiment_changes if c.action in LEAVING]
+    coming = [c for c in experiment_changes if c.action not in LEAVING]
+    cluster_changes.sort(key=lambda c: (c.action is not Action.DESTROY, c.name))
     return ProjectPlan(doc.project, doc.lineage, doc.serial, partial, live.refreshed,
                        tuple(leaving + cluster_changes + coming),
                        tuple(cluster_drift + experiment_drift))

@@ -13,14 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..actions import Action
 from ..errors import StateError
 from ..util.files import atomic_write
 from .planner import Change, ProjectPlan
 
 FORMAT_VERSION = 1
 PLAN_KIND = "orchestrate-plan"
-SYMBOLS = {"create": "+", "submit": "+", "update": "~", "resubmit": "~", "restart": "!",
-           "replace": "-/+", "delete": "-", "stop": "-", "forget": "-", "no-op": " "}
 
 
 def git_commit(folder: Path) -> str | None:
@@ -50,7 +49,7 @@ def as_json(plan: ProjectPlan, commit: str | None) -> dict[str, Any]:
 
 
 def _lines(change: Change) -> list[str]:
-    lines = [f"{SYMBOLS.get(change.action, '?'):>3} {change.address}: {change.action} "
+    lines = [f"{change.action.symbol:>3} {change.address}: {change.action} "
              f"({change.reason})" + (f"  [{change.file}]" if change.file else "")]
     lines += [f"      {field}" for field in change.fields]
     if change.interrupts:
@@ -155,6 +154,7 @@ def from_json(document: dict[str, Any]) -> ProjectPlan:
     def change(c: dict[str, Any]) -> Change:
         values: dict[str, Any] = {k: tuple(v) if k in ("fields", "interrupts") else v
                                   for k, v in c.items()}
+        values["action"] = Action(values["action"])
         return Change(**values)
 
     changes = tuple(change(c) for c in document["changes"])
