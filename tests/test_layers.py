@@ -14,6 +14,7 @@ LAYERS = [
     {"providers", "state", "workload"},
     {"language"},
     {"render"},
+    {"launch"},
     {"reach"},
     {"cluster"},
     {"jobs", "gitops"},

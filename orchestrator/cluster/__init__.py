@@ -1,2 +1,3 @@
-"""A cluster's lifecycle: plan (pure) what `up` must do, apply it through a ClusterBackend
-(`launcher.RayLauncher`: Ray's `ray up`/`ray down`), and ask the dashboard how it is (`health`)."""
+"""A cluster's lifecycle: plan (pure) what `up` must do, apply it through the cluster's launch
+backend (orchestrator.launch: Ray's `ray up`/`ray down`), ask the dashboard how it is
+(`health`), and hands on its head (`remote`)."""

@@ -1,8 +1,9 @@
 """`up` and `down`: refresh what is live, plan (cluster.plan, pure), then carry the plan out
-through a `ClusterBackend`, keeping the record true at every step.
+through the cluster's launch backend (`orchestrator.launch.backend`: `ray up` over SSH),
+keeping the record true at every step.
 
-    up(spec, state, backend, options, progress, confirm) -> UpResult
-    tear_down(name, state, backend, progress, timeout) -> ClusterRecord | None
+    up(spec, state, options, progress, confirm) -> UpResult
+    tear_down(name, state, progress, timeout) -> ClusterRecord | None
 
 The record is written before each step that can fail half way, so an interrupted `up` leaves
 `launching`/`interrupted`/`failed` behind (and `down` cleans up after it), never a record that
@@ -13,10 +14,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
 
-from .. import providers
+from .. import launch, providers
 from ..actions import Action
 from ..errors import ClusterError, OrchestrateError, PreflightError
 from ..language.cluster import ClusterSpec
@@ -29,20 +28,6 @@ from .health import Health, probe, probe_cluster
 from .plan import ClusterPlan, Recorded, plan_cluster
 
 Confirm = Callable[[str], bool]
-
-class ClusterBackend(Protocol):
-    """What launches and tears down the nodes of a rendered config (RayLauncher: `ray up`)."""
-
-    def launch(self, name: str, provider: str, config_file: Path, *, restart: bool,
-               timeout: float) -> None: ...
-
-    def head_address(self, name: str, provider: str, config_file: Path) -> str: ...
-
-    def teardown(self, name: str, provider: str, config_file: Path, *,
-                 timeout: float) -> None: ...
-
-    def log_path(self, name: str, action: str) -> Path: ...
-
 
 @dataclass(frozen=True)
 class UpOptions:
@@ -87,8 +72,8 @@ def _recorded(name: str, state: State, progress: Progress) -> Recorded | None:
     return Recorded(record, config)
 
 
-def up(spec: ClusterSpec, state: State, backend: ClusterBackend, options: UpOptions,
-       progress: Progress, confirm: Confirm) -> UpResult:
+def up(spec: ClusterSpec, state: State, options: UpOptions, progress: Progress,
+       confirm: Confirm) -> UpResult:
     """Launch or update the cluster of `spec`; preflight runs only when something is to be done."""
     with state.store.lock(spec.name, action="up"):
         token_file = state.secrets.ensure(cluster_key(spec.name))
@@ -118,7 +103,7 @@ def up(spec: ClusterSpec, state: State, backend: ClusterBackend, options: UpOpti
                 progress(f"  {line}")
         if plan.needs_confirmation and not confirm(_question(plan)):
             raise OrchestrateError("cancelled; nothing was changed")
-        return apply(plan, rendered, recorded, state, backend, options, progress)
+        return apply(plan, rendered, recorded, state, options, progress)
 
 
 def _question(plan: ClusterPlan) -> str:
@@ -130,14 +115,15 @@ def _question(plan: ClusterPlan) -> str:
 
 
 def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | None, state: State,
-          backend: ClusterBackend, options: UpOptions, progress: Progress) -> UpResult:
+          options: UpOptions, progress: Progress) -> UpResult:
     """Carry out a create, update, restart or replace of `rendered`."""
     name = rendered.name
     old = recorded.record if recorded else None
     if plan.action is Action.REPLACE and old is not None:
         progress(f"replacing cluster {name}: {plan.reason}")
-        _down(old, state, backend, progress, timeout=options.down_timeout, forget=False)
+        _down(old, state, progress, timeout=options.down_timeout, forget=False)
         old = None
+    backend = launch.backend(rendered, state, progress)
     config_file = state.store.write_rendered(name, rendered.config)
     record = ClusterRecord(name=name, provider=rendered.provider, file=rendered.file,
                            config_hash=rendered.config_hash, state=LAUNCHING,
@@ -147,16 +133,15 @@ def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | Non
                            created_at=old.created_at if old else time.time())
     state.store.write_cluster(record)
     in_place = plan.action is Action.UPDATE
-    progress(f"{'updating' if in_place else 'launching'} cluster {name} with `ray up`"
-             f"{' --no-restart (Ray keeps running on the head)' if in_place else ''}"
-             f" (log: {backend.log_path(name, 'up')})")
+    progress(f"{'updating' if in_place else 'launching'} cluster {name} with "
+             f"{backend.command('up', in_place=in_place)} (log: {backend.log_path(name, 'up')})")
     try:
         backend.launch(name, rendered.provider, config_file, restart=not in_place,
                        timeout=options.timeout)
-        record.head_ip = providers.get(rendered.provider).head_address(rendered.config) or \
-            backend.head_address(name, rendered.provider, config_file)
+        record.head_ip = backend.head_address(name, rendered.provider, config_file)
     except KeyboardInterrupt:
-        _fail(record, state, INTERRUPTED, "interrupted during `ray up`; nodes may be running")
+        _fail(record, state, INTERRUPTED,
+              f"interrupted during {backend.command('up')}; nodes may be running")
         raise
     except ClusterError as exc:
         _fail(record, state, FAILED, exc.message)
@@ -171,7 +156,7 @@ def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | Non
     return UpResult(record, plan, health)
 
 
-def tear_down(name: str, state: State, backend: ClusterBackend, progress: Progress, *,
+def tear_down(name: str, state: State, progress: Progress, *,
               timeout: float = 900) -> ClusterRecord | None:
     """`orchestrate down`: under the cluster's lock, tear it down and forget it. None when it
     was already gone (another `down` got there first)."""
@@ -179,21 +164,23 @@ def tear_down(name: str, state: State, backend: ClusterBackend, progress: Progre
         record = state.store.read_cluster(name)
         plan = plan_cluster(None, Recorded(record) if record else None, None)
         if plan.action is Action.DESTROY and record is not None:
-            _down(record, state, backend, progress, timeout=timeout)
+            _down(record, state, progress, timeout=timeout)
         else:
             state.store.forget_cluster(name)  # only the lock's folder is left
     return record
 
 
-def _down(record: ClusterRecord, state: State, backend: ClusterBackend, progress: Progress, *,
+def _down(record: ClusterRecord, state: State, progress: Progress, *,
           timeout: float = 900, forget: bool = True) -> None:
-    """Tear the cluster down with the config last handed to Ray; then forget it (`forget`)."""
+    """Tear the cluster down with the config last handed to Ray (with the backend of the
+    recorded provider, which a replace is moving away from); then forget it (`forget`)."""
     name = record.name
     config = state.store.read_rendered(name)
     if config is not None:  # else `up` stopped before anything was handed to Ray
+        backend = launch.backend(record, state, progress)
         record.state, record.message = STOPPING, None
         state.store.write_cluster(record)
-        progress(f"tearing down cluster {name} with `ray down` "
+        progress(f"tearing down cluster {name} with {backend.command('down')} "
                  f"(log: {backend.log_path(name, 'down')})")
         try:
             backend.teardown(name, record.provider, state.store.rendered_path(name),
@@ -202,7 +189,7 @@ def _down(record: ClusterRecord, state: State, backend: ClusterBackend, progress
                 progress(f"  warning: {warning}")
         except (ClusterError, KeyboardInterrupt) as exc:
             message = exc.message if isinstance(exc, ClusterError) else \
-                "interrupted during `ray down`"
+                f"interrupted during {backend.command('down')}"
             _fail(record, state, STOPPING, message)
             raise
     if forget:

@@ -19,7 +19,6 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..cluster.apply import tear_down
-    from ..cluster.launcher import RayLauncher
     from ..gitops import sync
     from ..state import State
     from . import pick
@@ -33,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     if project and sync.down(project, record.name, state, info, args.timeout):
         info(f"cluster {record.name} is down and forgotten (also in project {project.name}'s "
              f"state)")
-    elif tear_down(record.name, state, RayLauncher(state, info), info, timeout=args.timeout):
+    elif tear_down(record.name, state, info, timeout=args.timeout):
         info(f"cluster {record.name} is down and forgotten")
     else:
         info(f"cluster {record.name} was already down (another command took it down)")

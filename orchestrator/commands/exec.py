@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     state = State.here()
     record = pick.named_or_only(name, state, "exec")
     if args.run_env == "docker":
-        from ..reach.endpoint import rendered
+        from ..launch.head import rendered
 
         if not (rendered(record, state).get("docker") or {}).get("container_name"):
             raise ClusterError(f"cluster {record.name!r} runs no container (no docker: in its "

@@ -25,7 +25,6 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..cluster.apply import UpOptions, up
-    from ..cluster.launcher import RayLauncher
     from ..gitops import sync
     from ..language.cluster import load_cluster
     from ..state import State
@@ -39,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     project = sync.project_of(Path(args.path))  # a project's file: its shared state follows
     result = sync.up(project, spec, state, options, info, ask) if project else \
-        up(spec, state, RayLauncher(state, info), options, info, ask)
+        up(spec, state, options, info, ask)
     record = result.record
     if args.format == "json":
         emit_json({"action": result.action, "changes": list(result.plan.changes),

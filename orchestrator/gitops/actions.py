@@ -24,7 +24,7 @@ from ..state.document import StateDoc, address
 from .checkout import checkin, checkout, ensure_token
 from .store import STAMPS, ProjectState, stamp
 
-if TYPE_CHECKING:  # the types only: cluster.apply brings the launcher and the SSH client
+if TYPE_CHECKING:  # the types only: cluster.apply brings the launch backend and the SSH client
     from ..cluster.apply import UpOptions, UpResult
 
 from ..util.progress import Progress
@@ -61,7 +61,6 @@ def cluster_up(spec: ClusterSpec, file: str, ps: ProjectState, doc: StateDoc,
                who: LockInfo | None, progress: Progress, *, options: UpOptions | None = None,
                confirm: Callable[[str], bool] = lambda _question: True) -> UpResult:
     from ..cluster.apply import UpOptions, up
-    from ..cluster.launcher import RayLauncher
 
     entry = doc.resources.get(address("cluster", spec.name))
     if entry is not None:
@@ -69,8 +68,7 @@ def cluster_up(spec: ClusterSpec, file: str, ps: ProjectState, doc: StateDoc,
     else:
         ensure_token(spec.name, ps, None, ps.machine, create=True)
     try:
-        return up(spec, ps.machine, RayLauncher(ps.machine, progress), options or UpOptions(),
-                  progress, confirm)
+        return up(spec, ps.machine, options or UpOptions(), progress, confirm)
     finally:  # also after a failed or interrupted `ray up`: the record says how far it got
         _keep(spec.name, file, ps, doc, who)
 
@@ -78,12 +76,11 @@ def cluster_up(spec: ClusterSpec, file: str, ps: ProjectState, doc: StateDoc,
 def cluster_down(name: str, ps: ProjectState, doc: StateDoc, progress: Progress,
                  timeout: float = 900) -> None:
     from ..cluster.apply import tear_down
-    from ..cluster.launcher import RayLauncher
 
     entry = doc.resources[address("cluster", name)]
     checkout(entry, ps, ps.machine)
     try:
-        tear_down(name, ps.machine, RayLauncher(ps.machine, progress), progress, timeout=timeout)
+        tear_down(name, ps.machine, progress, timeout=timeout)
     finally:
         _keep(name, entry.get("file", ""), ps, doc, None)
     if address("cluster", name) not in doc.resources:

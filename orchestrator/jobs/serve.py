@@ -23,8 +23,9 @@ from typing import Any
 
 from ..errors import OrchestrateError, Problem, ServeError, SpecError
 from ..language.service import ServiceSpec
+from ..launch.head import forward
 from ..reach import embedded
-from ..reach.endpoint import Endpoint, forward
+from ..reach.endpoint import Endpoint
 from ..render import service as render
 from ..state import ClusterRecord, State, service_key
 from ..util import http

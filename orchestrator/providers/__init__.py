@@ -1,6 +1,7 @@
 """The providers orchestrate supports: one module each, one explicit registry.
 
     get(name) -> Provider                      the module for a `provider.type`
+    ray_up_site(name) -> RayUpSite             the same module, as the `ray up` backend asks it
     PROVIDERS                                  name -> module; the cluster schema's provider
                                                enum is generated from it (scripts/build_schemas.py)
     check_cluster(spec) -> list[CheckResult]   every preflight check for one cluster spec
@@ -21,13 +22,15 @@ from typing import Protocol
 
 from ..errors import MissingDependency, PreflightError
 from . import aws, azure, gcp, local
-from .base import FAIL, OK, WARN, CheckResult, ClusterView, Provider
+from .base import FAIL, OK, WARN, CheckResult, ClusterView, Provider, RayUpSite
 
 PROVIDERS: dict[str, Provider] = {aws.NAME: aws, gcp.NAME: gcp, azure.NAME: azure, local.NAME: local}
+# The providers launched by `ray up` (LAUNCH "ray-up"): every one today.
+RAY_UP: dict[str, RayUpSite] = {aws.NAME: aws, gcp.NAME: gcp, azure.NAME: azure, local.NAME: local}
 
 
-__all__ = ["CheckResult", "PROVIDERS", "Provider", "OK", "WARN", "FAIL", "get", "check_cluster",
-           "ensure_ready", "check_credentials", "failures"]
+__all__ = ["CheckResult", "PROVIDERS", "Provider", "RAY_UP", "RayUpSite", "OK", "WARN", "FAIL",
+           "get", "ray_up_site", "check_cluster", "ensure_ready", "check_credentials", "failures"]
 
 
 class SpecWithProvider(ClusterView, Protocol):
@@ -42,6 +45,15 @@ def get(name: str) -> Provider:
     except KeyError:
         raise PreflightError(f"orchestrate has no provider {name!r}",
                              hint=f"providers: {', '.join(PROVIDERS)}") from None
+
+
+def ray_up_site(name: str) -> RayUpSite:
+    """The provider module for `name`, as the `ray up` backend asks it."""
+    get(name)  # an unknown name: the same error
+    try:
+        return RAY_UP[name]
+    except KeyError:
+        raise PreflightError(f"provider {name!r} is not launched with `ray up`") from None
 
 
 def _quiet_sdks() -> None:

@@ -38,6 +38,7 @@ KEYS = ("region", "availability_zone", "security_group", "aws_credentials", "clo
 REQUIRED = ("region",)
 REPLACE_FIELDS = ("provider.region", "provider.availability_zone")
 LEGACY_KEYS = cloud.LEGACY_KEYS
+LAUNCH = cloud.LAUNCH
 RAY_REPLACES = cloud.RAY_REPLACES
 SCALING_FIELDS = cloud.SCALING_FIELDS
 DEFAULT_START = cloud.DEFAULT_START

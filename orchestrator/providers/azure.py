@@ -40,6 +40,7 @@ KEYS = ("location", "resource_group", "subscription_id", "msi_identity_id",
 REQUIRED = ("location", "resource_group")
 REPLACE_FIELDS = ("provider.location", "provider.resource_group", "provider.subscription_id")
 LEGACY_KEYS = cloud.LEGACY_KEYS
+LAUNCH = cloud.LAUNCH
 RAY_REPLACES = cloud.RAY_REPLACES
 SCALING_FIELDS = cloud.SCALING_FIELDS
 DEFAULT_START = cloud.DEFAULT_START

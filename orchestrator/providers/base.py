@@ -2,7 +2,9 @@
 
 A provider is one module (aws, gcp, azure, local) that satisfies `Provider`: everything
 orchestrate knows about one `provider.type` of Ray's cluster YAML, from the checks on the file
-to what `down` must add. Nothing outside `orchestrator.providers` compares provider names; it
+to what `down` must add. How its clusters are launched and reached is a launch backend's
+(orchestrator.launch, named by `LAUNCH`); what the `ray up` backend asks of a provider of Ray's
+cluster launcher is `RayUpSite`. Nothing outside `orchestrator.providers` compares provider names; it
 asks the module. SDKs are imported inside the functions that use them; a missing SDK raises
 `MissingDependency`.
 """
@@ -73,6 +75,10 @@ class Provider(Protocol):
         """`provider.type` in Ray's cluster YAML."""
 
     @property
+    def LAUNCH(self) -> str:
+        """The launch backend its clusters come up with (`orchestrator.launch.BACKENDS`)."""
+
+    @property
     def EXTRA(self) -> str | None:
         """The pip extra holding its SDK (None: it needs none)."""
 
@@ -124,10 +130,7 @@ class Provider(Protocol):
         """Where the head's dashboard listens, given the user's own --dashboard-host (or None).
         A loopback address means it is reached only through an SSH forward."""
 
-    # --- launching and tearing down (orchestrator.cluster) ---
-    def head_address(self, config: Config) -> str | None:
-        """The head's address when the config names it; None: ask `ray get-head-ip`."""
-
+    # --- up and down (orchestrator.cluster) ---
     def expected_nodes(self, config: Config) -> int:
         """The head plus the workers Ray keeps running at the least."""
 
@@ -135,11 +138,9 @@ class Provider(Protocol):
         """The hosts the config names that are not among `node_ips` (the alive nodes), for
         `up`'s "partial" message; none on clouds, whose files name no hosts."""
 
-    def launcher_env(self) -> dict[str, str]:
-        """Environment for `ray up` / `ray down` of this provider."""
-
     def after_down(self, config: Config, progress: Progress) -> list[str]:
-        """What `ray down` leaves to do; returns a warning per host it could not reach."""
+        """What tearing the cluster down leaves to do on the site (on-prem: the hosts outlive
+        it); returns a warning per host it could not reach."""
 
     # --- preflight (orchestrate check, up) ---
     def credentials(self) -> CheckResult:
@@ -147,6 +148,17 @@ class Provider(Protocol):
 
     def check(self, spec: ClusterView) -> list[CheckResult]:
         """Every preflight check of one cluster."""
+
+
+class RayUpSite(Protocol):
+    """What the `ray up` launch backend (orchestrator.launch.ray_up) asks of a provider of Ray's
+    cluster launcher; a provider launched by another backend needs none of it."""
+
+    def head_address(self, config: Config) -> str | None:
+        """The head's address when the config names it; None: ask `ray get-head-ip`."""
+
+    def launcher_env(self) -> dict[str, str]:
+        """Environment for `ray up` / `ray down` of this provider."""
 
 
 class Checks:

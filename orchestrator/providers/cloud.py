@@ -23,6 +23,9 @@ DEFAULT_START: tuple[tuple[str, ...], tuple[str, ...]] = (
 )
 
 
+LAUNCH = "ray-up"
+
+
 def dashboard_host(config: Config, chosen: str | None) -> str:
     return "127.0.0.1"  # whatever the file says: reached through an SSH forward only
 

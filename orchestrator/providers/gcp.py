@@ -40,6 +40,7 @@ KEYS = ("region", "availability_zone", "project_id", "gcp_credentials")
 REQUIRED = ("region", "availability_zone", "project_id")
 REPLACE_FIELDS = ("provider.region", "provider.availability_zone", "provider.project_id")
 LEGACY_KEYS = cloud.LEGACY_KEYS
+LAUNCH = cloud.LAUNCH
 RAY_REPLACES = cloud.RAY_REPLACES
 SCALING_FIELDS = cloud.SCALING_FIELDS
 DEFAULT_START = cloud.DEFAULT_START

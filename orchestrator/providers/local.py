@@ -20,6 +20,7 @@ from .base import OK, WARN, CheckResult, Checks, ClusterView, Config, FieldPath
 
 NAME = "local"
 EXTRA = None
+LAUNCH = "ray-up"
 # Provider fields Ray's on-prem provider reads.
 KEYS = ("head_ip", "worker_ips", "coordinator_address", "external_head_ip")
 # head_ip and worker_ips, unless a coordinator_address hands out the hosts (checked in `problems`).

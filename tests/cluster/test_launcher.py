@@ -7,7 +7,8 @@ from importlib.metadata import version
 import pytest
 import yaml
 
-from orchestrator.cluster import launcher, local_nodes
+from orchestrator.launch import local_nodes
+from orchestrator.launch import ray_up as launcher
 
 
 def test_launcher_logs_are_private_and_mask_secrets(tmp_path):

@@ -1,5 +1,5 @@
-"""The ClusterBackend of clusters from a file: Ray's cluster launcher (`ray up`, `ray down`,
-`ray get-head-ip`), run as subprocesses.
+"""The `ray_up` launch backend: Ray's cluster launcher (`ray up`, `ray down`, `ray get-head-ip`,
+`ray attach`, `ray rsync-up/down`), run as subprocesses; the head reached over SSH (`head`).
 
 The CLI is the stable surface (ray.autoscaler.sdk is a DeveloperAPI). Every line of output goes
 to a log file in the cluster's workspace with the token masked; the numbered steps and warnings
@@ -14,15 +14,16 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO
 
 from .. import providers
 from ..errors import ClusterError
-from ..state import State, cluster_key
+from ..state import ClusterRecord, State, cluster_key
 from ..util.processes import dies_with_parent, handing_signals_to, ray_command, stop_child_group
 from ..util.progress import Progress
-from . import local_nodes
+from . import head, local_nodes
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+\s+(?P<level>[A-Z]+) \S+ -- ")
@@ -121,12 +122,15 @@ def _pump(process: subprocess.Popen[str], log: IO[str], lines: list[str], progre
             progress(f"  {text.strip()}")
 
 
-class RayLauncher:
-    """`ray up` / `ray down` of one rendered config file, with the provider's environment.
+class RayUp:
+    """The `ray_up` LaunchBackend: `ray up` / `ray down` of one rendered config file, with the
+    provider's environment; the head reached over SSH (orchestrator.launch.head).
 
-    The launcher's own files (local provider state, config cache, bootstrap temp files) live in
-    the cluster's workspace, not in /tmp where other clusters and users meet.
+    The launcher's own files (the on-prem provider's node list, config cache, bootstrap temp
+    files) live in the cluster's workspace, not in /tmp where other clusters and users meet.
     """
+
+    NAME = "ray-up"
 
     def __init__(self, state: State, progress: Progress) -> None:
         self.state = state
@@ -139,7 +143,7 @@ class RayLauncher:
         """What every `ray` command of this cluster runs with (Ray's own clients included)."""
         scratch = self._scratch(name)
         return {"RAY_TMPDIR": str(scratch), "TMPDIR": str(scratch),
-                **providers.get(provider).launcher_env()}
+                **providers.ray_up_site(provider).launcher_env()}
 
     def _mend(self, name: str, config_file: Path, *, for_teardown: bool) -> None:
         if local_nodes.mend(self._scratch(name), name, config_file, for_teardown=for_teardown):
@@ -166,6 +170,11 @@ class RayLauncher:
                 timeout=timeout, env=self.environment(name, provider), secrets=self._secrets(name))
 
     def head_address(self, name: str, provider: str, config_file: Path) -> str:
+        """The head the config names (on-prem), else `ray get-head-ip`'s answer."""
+        named = providers.ray_up_site(provider).head_address(
+            self.state.store.read_rendered(name) or {})
+        if named:
+            return named
         output = run_ray(["get-head-ip", str(config_file)], progress=lambda _: None,
                          log_path=self._log(name, "up.log"), timeout=120,
                          env=self.environment(name, provider), secrets=self._secrets(name))
@@ -180,23 +189,45 @@ class RayLauncher:
                 log_path=self._log(name, "down.log"), progress=self.progress, timeout=timeout,
                 env=self.environment(name, provider), secrets=self._secrets(name))
 
-    def attach(self, name: str, provider: str, config_file: Path, options: list[str]) -> int:
+    def log_path(self, name: str, action: str) -> Path:
+        return self._log(name, f"{action}.log")
+
+    def command(self, action: str, *, in_place: bool = False) -> str:
+        return f"`ray {action}`" + (" --no-restart (Ray keeps running on the head)"
+                                    if in_place else "")
+
+    def forward(self, record: ClusterRecord, remote_port: int, *, timeout: float,
+                local_port: int | None = None, remote_host: str = "127.0.0.1",
+                watch: list[subprocess.Popen[str]] | None = None) -> AbstractContextManager[int]:
+        """`ssh -N -L` to the head, with the auth `ray up` was given."""
+        auth = head.rendered(record, self.state).get("auth") or {}
+        return head.forward(auth, str(record.head_ip), remote_port, timeout=timeout,
+                            local_port=local_port, remote_host=remote_host, watch=watch)
+
+    def attach(self, record: ClusterRecord, options: list[str]) -> int:
         """`ray attach` on this terminal (not logged: it is the user's shell); its exit code."""
+        head.reach_head(record, self.state)  # Ray would say only "Command failed: <its ssh line>"
         environment = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0",
-                       **self.environment(name, provider)}
-        argv = ray_command("attach", str(config_file), "--no-config-cache", *options)
+                       **self.environment(record.name, record.provider)}
+        argv = ray_command("attach", str(self.state.store.rendered_path(record.name)),
+                           "--no-config-cache", *options)
         process = subprocess.Popen(argv, env=environment,
                                    preexec_fn=dies_with_parent())  # noqa: PLW1509 - one C call
         with handing_signals_to(process):
             return process.wait()
 
-    def rsync(self, name: str, provider: str, config_file: Path, *, down: bool, source: str,
-              target: str, all_nodes: bool = False) -> None:
-        verb = "rsync-down" if down else "rsync-up"
-        args = [verb, str(config_file), source, target, "--log-style", "record",
-                "--log-color", "false"] + (["--all-nodes"] if all_nodes else [])
-        run_ray(args, log_path=self._log(name, "rsync.log"), progress=self.progress,
-                timeout=3600, env=self.environment(name, provider), secrets=self._secrets(name))
+    def exec(self, record: ClusterRecord, command: str, *, tty: bool | None = None,
+             in_container: bool = True) -> int:
+        """Not `ray exec`, whose exit code is 1 on any failure: `head.exec_on_head`."""
+        return head.exec_on_head(record, self.state, command, tty=tty, in_container=in_container)
 
-    def log_path(self, name: str, action: str) -> Path:
-        return self._log(name, f"{action}.log")
+    def rsync(self, record: ClusterRecord, *, down: bool, source: str, target: str,
+              all_nodes: bool = False) -> None:
+        """`ray rsync-up` / `ray rsync-down`; ClusterError (naming the log) if it fails."""
+        verb = "rsync-down" if down else "rsync-up"
+        args = [verb, str(self.state.store.rendered_path(record.name)), source, target,
+                "--log-style", "record", "--log-color", "false"] + \
+            (["--all-nodes"] if all_nodes else [])
+        run_ray(args, log_path=self._log(record.name, "rsync.log"), progress=self.progress,
+                timeout=3600, env=self.environment(record.name, record.provider),
+                secrets=self._secrets(record.name))

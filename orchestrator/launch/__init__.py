@@ -1,0 +1,33 @@
+"""Launch backends: how a cluster comes up, is reached and goes down (`base.LaunchBackend`).
+
+    backend(cluster, state, progress) -> LaunchBackend     the one place a backend is built
+
+`cluster` is a spec or a record: its provider's `LAUNCH` names the backend. One today:
+`ray_up` (`ray up`/`down` over SSH, `ssh -L` forwards, `ray attach`/`rsync`, `exec` over ssh).
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from .. import providers
+from ..state import State
+from ..util.progress import Progress
+from .base import LaunchBackend
+from .ray_up import RayUp
+
+__all__ = ["BACKENDS", "LaunchBackend", "backend"]
+
+BACKENDS = {RayUp.NAME: RayUp}
+
+
+class Cluster(Protocol):
+    """What a backend is chosen by: a ClusterSpec or a ClusterRecord."""
+
+    @property
+    def provider(self) -> str: ...
+
+
+def backend(cluster: Cluster, state: State,
+            progress: Progress = lambda _: None) -> LaunchBackend:
+    """The launch backend of `cluster`'s provider, working in `state`, telling `progress`."""
+    return BACKENDS[providers.get(cluster.provider).LAUNCH](state, progress)

@@ -1,0 +1,140 @@
+"""The head of a `ray up` cluster over SSH: the port forward (`ssh -N -L`) and `exec`.
+
+`exec` is written by hand: `ray exec` ends with exit code 1 whatever the remote command returned
+(its command runner turns every failure into one ClickException), and a script needs the remote
+code. So `exec` runs the line Ray's command runner would run (`bash --login -c -i 'source
+~/.bashrc; ... && (CMD)'`, inside the container when the config has `docker:`) over the same ssh
+options we use elsewhere, and returns ssh's exit code, which is the remote command's (255: ssh
+itself failed).
+"""
+from __future__ import annotations
+
+import contextlib
+import shlex
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
+
+from ..errors import ClusterError
+from ..state import ClusterRecord, State
+from ..util import http, ssh
+from ..util.ports import free_port, is_free
+from ..util.processes import dies_with_parent, handing_signals_to, stop_child_group
+from ..util.waiting import poll
+
+# What `bash -i` says on stderr when it has no terminal; noise to a script, so left out.
+_NO_TTY_NOISE = (b"bash: cannot set terminal process group", b"bash: no job control in this shell")
+
+
+def rendered(record: ClusterRecord, state: State) -> dict[str, Any]:
+    """The Ray cluster config `ray up` was given for `record` (its auth reaches the head)."""
+    config = state.store.read_rendered(record.name)
+    if config is None:
+        raise ClusterError(f"cluster {record.name!r} has no rendered config "
+                           f"({state.store.rendered_path(record.name)})")
+    return config
+
+
+@contextlib.contextmanager
+def forward(auth: Mapping[str, Any], head_ip: str, remote_port: int, *, timeout: float,
+            local_port: int | None = None, remote_host: str = "127.0.0.1",
+            watch: list[subprocess.Popen[str]] | None = None) -> Iterator[int]:
+    """`ssh -N -L 127.0.0.1:PORT:remote_host:remote_port head`, closed on exit. PORT is
+    `local_port` (ClusterError if taken), else a free one. `watch` gets the ssh process, for
+    a caller that keeps the forward open and must notice when it dies."""
+    if local_port is not None and not is_free(local_port):
+        raise ClusterError(f"local port {local_port} is taken on this machine",
+                           hint="choose another with --port, or leave --port out for a free one")
+    port = local_port or free_port()
+    try:
+        command = ssh.ssh_command(auth, head_ip)
+    except ssh.SshError as exc:
+        raise ClusterError(str(exc)) from None
+    command[1:1] = ["-N", "-o", "ExitOnForwardFailure=yes",
+                    "-L", f"127.0.0.1:{port}:{remote_host}:{remote_port}"]
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               preexec_fn=dies_with_parent())  # noqa: PLW1509 - one C call
+    if watch is not None:
+        watch.append(process)
+    try:
+        _wait_forward(process, port, head_ip, timeout)
+        yield port
+    finally:
+        stop_child_group(process)
+        if process.stderr:
+            process.stderr.close()
+
+
+def _wait_forward(process: subprocess.Popen[str], port: int, head_ip: str,
+                  timeout: float) -> None:
+    def ready() -> bool | None:
+        if process.poll() is not None:
+            error = (process.stderr.read() if process.stderr else "").strip().splitlines()
+            raise ClusterError(f"could not open an SSH port forward to the head {head_ip}: "
+                               f"{error[-1] if error else f'ssh exited with {process.returncode}'}")
+        return True if http.answers(f"http://127.0.0.1:{port}") else None
+
+    if poll(ready, timeout=timeout, interval=0.2) is None:
+        raise ClusterError(f"the SSH port forward to the head {head_ip} did not work within "
+                           f"{timeout:.0f} s")
+
+
+def head_line(config: dict[str, Any], command: str, *, tty: bool, in_container: bool = True) -> str:
+    """What Ray's command runner runs on the head for `command` (`_with_interactive`, and
+    `with_docker_exec` when the cluster runs in a container and `in_container`). The command
+    ends on its own line, so a trailing `# comment` cannot swallow the closing parenthesis."""
+    inner = f"source ~/.bashrc; export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore && ({command}\n)"
+    line = f"bash --login -c -i {shlex.quote(inner)}"
+    docker = config.get("docker") or {}
+    if docker.get("container_name") and in_container:
+        tool = "podman" if docker.get("use_podman") else "docker"
+        line = (f"{tool} exec {'-it' if tty else '-i'} {shlex.quote(str(docker['container_name']))}"
+                f" /bin/bash -c {shlex.quote(line)}")
+    return line
+
+
+def reach_head(record: ClusterRecord, state: State) -> tuple[dict[str, Any], list[str]]:
+    """(rendered config, `ssh ... user@head`) of a cluster whose head answers SSH now;
+    ClusterError naming the head and why not."""
+    head = str(record.head_ip)
+    config = rendered(record, state)
+    auth = config.get("auth") or {}
+    try:
+        ssh.run(auth, head, "true", timeout=20, login_shell=False)
+        return config, ssh.ssh_command(auth, head)
+    except ssh.SshError as exc:
+        raise ClusterError(f"cannot reach the head {head} of cluster {record.name!r} over SSH: "
+                           f"{exc}", hint=f"`orchestrate status {record.name}` shows its health")\
+            from None
+
+
+def exec_on_head(record: ClusterRecord, state: State, command: str, *,
+                 tty: bool | None = None, in_container: bool = True) -> int:
+    """Run `command` on the head with this process's stdin/stdout/stderr; its exit code."""
+    config, argv = reach_head(record, state)
+    tty = sys.stdin.isatty() and sys.stdout.isatty() if tty is None else tty
+    argv[1:1] = ["-tt"] if tty else ["-T"]
+    argv.append(head_line(config, command, tty=tty, in_container=in_container))
+    process = subprocess.Popen(argv, stderr=None if tty else subprocess.PIPE,
+                               preexec_fn=dies_with_parent())  # noqa: PLW1509 - one C call
+    with handing_signals_to(process):
+        relay = None
+        if process.stderr is not None:
+            relay = threading.Thread(target=_relay, args=(process.stderr,), daemon=True)
+            relay.start()
+        code = process.wait()
+        if relay is not None:
+            relay.join(5)
+    return code
+
+
+def _relay(source: IO[bytes]) -> None:
+    """The command's stderr as bytes (whatever their encoding), less bash's no-TTY noise."""
+    sink = sys.stderr.buffer
+    for line in source:
+        if not line.startswith(_NO_TTY_NOISE):
+            sink.write(line)
+            sink.flush()
