@@ -83,6 +83,11 @@ def test_readme_gives_the_quick_start_and_the_test_command_that_ci_runs() -> Non
     assert "bash scripts/setup-dev.sh" in (ROOT / "scripts" / "test.sh").read_text()
 
 
+def test_readme_stays_short() -> None:
+    lines = len(README.read_text().splitlines())
+    assert lines <= 200, f"README.md has {lines} lines: the reference goes in docs/, the README links to it"
+
+
 def test_the_quick_starts_set_up_installs_no_system_packages() -> None:
     """What the README's first command runs: no apt, no root, nothing for the SSH or browser
     tests (scripts/setup-dev.sh has those)."""
