@@ -1,7 +1,7 @@
 """What MLflow tracking costs a run: the quickstart (2 workers, 5 epochs) through
 `orchestrate run` with `tracking.mlflow` and without it, side by side on one embedded local Ray,
 the order alternating each round. Tracking goes to a real `mlflow server` (SQLite backend, on
-loopback, from .venv-mlflow as scripts/setup.sh makes it), or with --file-store to a folder.
+loopback, from .venv-mlflow as scripts/setup-dev.sh makes it), or with --file-store to a folder.
 
     .venv/bin/python benchmarks/tracking_overhead.py [--rounds 3] [--file-store]
 

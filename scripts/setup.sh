@@ -1,36 +1,10 @@
 #!/usr/bin/env bash
-# Set up a fresh machine for orchestrate: system packages for the SSH cluster tests, a virtual
-# environment in .venv with torch pinned to the CPU build, and orchestrate with every extra.
+# Set up what the quick start needs, and nothing else: a virtual environment in .venv with torch
+# pinned to the CPU build, and orchestrate (editable) with Ray. No system packages, no sudo, no
+# test tools: scripts/setup-dev.sh (which scripts/test.sh runs) adds those.
 # Safe to re-run: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
-need_apt=()
-command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
-command -v ssh >/dev/null 2>&1 || need_apt+=(openssh-client)
-command -v rsync >/dev/null 2>&1 || need_apt+=(rsync)
-# The tests look for processes on the hosts with pgrep.
-command -v pgrep >/dev/null 2>&1 || need_apt+=(procps)
-# The simulated hosts of the cluster tests: network namespaces and veth (iproute2), PID and mount
-# namespaces (util-linux's unshare and nsenter).
-command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
-command -v nsenter >/dev/null 2>&1 || need_apt+=(util-linux)
-# A Python without Ray, put first on a test host's PATH as a pyenv .bashrc would (Debian's).
-[ -x /usr/bin/python3 ] || need_apt+=(python3)
-# The dashboard's test in a real headless browser (Selenium drives Debian's build: browsers
-# that download themselves at install time cannot be fetched on these machines).
-[ -x /usr/bin/chromium ] || need_apt+=(chromium)
-[ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
-[ -d /usr/share/fonts/truetype/liberation ] || need_apt+=(fonts-liberation)  # a readable screenshot
-if [ ${#need_apt[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ]; then
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-    else
-        echo "setup: please install ${need_apt[*]} (Debian packages) for the SSH cluster tests" >&2
-    fi
-fi
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -38,10 +12,4 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 .venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
-# The tracking tests' MLflow server (`mlflow server`, SQLite backend), in a venv of its own: the
-# full mlflow package pins pyarrow below what Ray uses here; the project needs only the client.
-if [ ! -x .venv-mlflow/bin/mlflow ]; then
-    "$PYTHON" -m venv .venv-mlflow
-    .venv-mlflow/bin/python -m pip install -q --disable-pip-version-check "mlflow==3.17.2"
-fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[ray]"

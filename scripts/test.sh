@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh), then lint, type-check and run the test suite tier by tier
+# Set up (scripts/setup-dev.sh: what the quick start needs, then the tests' tools and system
+# packages), then lint, type-check and run the test suite tier by tier
 # (scripts/tiers.py): fast (no Ray, no SSH), ray (the local Ray), ssh (simulated hosts), stopping
 # at the first tier that fails and printing each tier's time beside its budget.
 #   bash scripts/test.sh              everything
@@ -8,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
-bash scripts/setup.sh
+bash scripts/setup-dev.sh
 export ORCHESTRATE_SETUP_SECONDS=$(( $(date +%s) - started ))
 export AWS_EC2_METADATA_DISABLED=true NO_GCE_CHECK=true RAY_USAGE_STATS_ENABLED=0
 exec .venv/bin/python scripts/tiers.py "$@"

@@ -95,7 +95,7 @@ def main(argv: list[str]) -> int:
         chosen.append(argv.pop(0))
     extra = argv
     tiers = [tier for tier in TIERS if not chosen or tier.name in chosen]
-    # The ssh tier needs root and a few Debian packages (setup.sh installs them as root): said
+    # The ssh tier needs root and a few Debian packages (setup-dev.sh installs them as root): said
     # now, naming what is missing, not after the other tiers.
     if any(tier.name == "ssh" for tier in tiers) and \
             subprocess.run([PYTHON, "-m", "tests.prerequisites"], cwd=ROOT).returncode != 0:

@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 
-INSTALL = "run them as root, where `bash scripts/setup.sh` installs those packages"
+INSTALL = "run them as root, where `bash scripts/setup-dev.sh` installs those packages"
 LEAVE_OUT = "to run the other tiers without them: bash scripts/test.sh fast ray"
 
 

@@ -1,5 +1,5 @@
 """Where `orchestrate validate` and Ray's launcher may disagree on a cluster file, on purpose.
-Each entry is the README's list ("The cluster YAML", stricter checks): the reason, a predicate
+Each entry is a row of docs/clusters.md ("The cluster YAML", stricter checks): the reason, a predicate
 on the parsed file that says when it applies, and a file it applies to. Any other disagreement
 fails tests/language/test_ray_agreement.py.
 

@@ -2,7 +2,7 @@
 and generated cluster files, `orchestrate validate` accepts exactly what Ray 2.60's launcher
 accepts: `prepare_config`, the provider's resource fill-in (AWS's asks EC2's
 describe_instance_types, here moto's server on loopback, at the wire), `validate_config`; see
-ray_launcher.py. The exceptions are the documented differences in differences.py (the README
+ray_launcher.py. The exceptions are the documented differences in differences.py (docs/clusters.md
 lists the same), each with its reason; any other disagreement fails here.
 """
 import tempfile

@@ -78,7 +78,7 @@ def mlflow_server(tmp_path_factory):
     """`mlflow server` on a free loopback port, its database and artifacts in a temporary
     folder; stopped (its whole process group) at the end."""
     if not MLFLOW.exists():
-        pytest.fail(f"{MLFLOW} is missing: scripts/setup.sh installs the MLflow server there")
+        pytest.fail(f"{MLFLOW} is missing: scripts/setup-dev.sh installs the MLflow server there")
     root = tmp_path_factory.mktemp("mlflow-server")
     port = free_port()
     log = open(root / "server.log", "wb")  # noqa: SIM115 - open for the server's whole life

@@ -1,6 +1,6 @@
 """`tracking.mlflow` end to end on the embedded local Ray: a real MLflow tracking server started
 on loopback (`mlflow server`, SQLite backend in a temporary folder, from the venv
-scripts/setup.sh makes for it; the `mlflow_server` fixture) and a plain file store; what the
+scripts/setup-dev.sh makes for it; the `mlflow_server` fixture) and a plain file store; what the
 runs leave there read back with MLflow's own client. The session's MLP and XGBoost runs
 (`trained`) are the tracked runs read here; a user loop's own MLflow calls are in
 test_end_to_end.py. Also a Tune grid, `runs`, `results` over several runs, and what `run`

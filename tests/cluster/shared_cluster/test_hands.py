@@ -252,7 +252,7 @@ class chromium:  # noqa: N801 - a context manager read as a noun
         missing = [p for p in ("/usr/bin/chromium", "/usr/bin/chromedriver") if not os.path.exists(p)]
         if missing:
             pytest.fail(f"the browser test needs {missing} (Debian packages chromium and "
-                        f"chromium-driver; `bash scripts/setup.sh` installs them as root)",
+                        f"chromium-driver; `bash scripts/setup-dev.sh` installs them as root)",
                         pytrace=False)
         options = webdriver.ChromeOptions()
         options.binary_location = "/usr/bin/chromium"
