@@ -13,8 +13,8 @@ from typing import Any
 
 from ..cluster.health import probe
 from ..errors import OrchestrateError, StateError
-from ..reach import embedded
 from ..reach.endpoint import open_cluster
+from ..reach.target import embedded_endpoint
 from ..state import UP, State, home
 from ..state.document import StateDoc
 from ..state.folder import FolderStore
@@ -62,9 +62,8 @@ def refresh(doc: StateDoc, ps: ProjectState) -> Live:
         shutil.rmtree(folder, ignore_errors=True)
     local_jobs = None
     on_local = any(not e.get("cluster") for e in doc.entries("experiment").values())
-    ray = embedded.current(ps.local.secrets) if on_local else None  # only when it matters
-    if ray is not None:
-        endpoint = ray.endpoint(ps.local.secrets)
+    endpoint = embedded_endpoint(ps.local) if on_local else None  # only when it matters
+    if endpoint is not None:
         try:
             local_jobs = _jobs(endpoint.address, endpoint.token)
         except HttpError:
