@@ -124,7 +124,7 @@ def write_applied_state(root: Path) -> int:
     project = load_project(root / "orchestrate.yaml")
     ps = ProjectState.open(project)
     desired = read_desired(project, project.files(),
-                           lambda name: ps.local.secrets.path(cluster_key(name)))
+                           lambda name: ps.machine.secrets.path(cluster_key(name)))
     doc = StateDoc(project.name)
     for item in desired:
         if item.kind == "cluster":

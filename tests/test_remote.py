@@ -108,7 +108,7 @@ def test_without_any_cluster(state, capsys):
     code, _, err = run(capsys, "exec", "--", "true")
     assert code == 1 and "no cluster is recorded; nothing to exec" in err
     code, _, err = run(capsys, "dashboard", "--no-browser")
-    assert code == 1 and "no cluster is recorded and no local Ray is running" in err
+    assert code == 1 and "the embedded Ray is not running" in err
     code, _, err = run(capsys, "dashboard", "some", "--local-ray")
     assert code == 1 and "not both" in err
 
@@ -145,7 +145,7 @@ def test_dashboard_of_the_local_ray_signs_in_once_with_rays_cookie(local_ray, tm
     token = State.here().secrets.read("local-ray")
     try:
         report = read_json_object(process)
-        assert report["url"] == local_ray.address and report["target"] == "the local Ray"
+        assert report["url"] == local_ray.address and report["target"] == "the embedded Ray"
         assert report["browser"].startswith("not opened: no display")
 
         # Two browsers open the link at once: one is signed in, the other told it was used.

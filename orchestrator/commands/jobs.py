@@ -1,4 +1,4 @@
-"""orchestrate jobs: the jobs on a cluster or on the embedded local Ray."""
+"""orchestrate jobs: the jobs on a cluster or on the embedded Ray."""
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,5 @@
 """orchestrate predict (EXPERIMENT.yaml | RUN_DIR | CHECKPOINT) --data PATH --output DIR:
-batch prediction with a run's checkpoint, as a Ray job on the experiment's cluster (or the local
+batch prediction with a run's checkpoint, as a Ray job on the experiment's cluster (or the embedded
 Ray), through the preprocessor the run fitted.
 
 `--format` is the report's format (text or json), as for every command; the predictions' file
@@ -8,7 +8,6 @@ format is `--output-format`.
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 from ..output import add_format_argument, emit_json, info, print_table
@@ -55,9 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs import experiment, predict
+    from ..jobs import predict
     from ..render.predict import Settings
     from ..state import State
+    from .run import finish
 
     keep = tuple(c.strip() for c in args.keep_columns.split(",") if c.strip()) \
         if args.keep_columns is not None else None
@@ -66,39 +66,8 @@ def run(args: argparse.Namespace) -> int:
                         keep_columns=keep, evaluate=args.evaluate)
     options = predict.PredictOptions(source=args.source, data=args.data, output=args.output,
                                      data_format=args.data_format, cluster=args.cluster,
-                                     force=args.force, settings=settings)
-    state = State.here()
-    request, where = predict.resolve(options, state)
-    plan = predict.plan(request, where)
-    started = time.monotonic()
-    with experiment.open_target(where.cluster, state, keep=args.detach, progress=info) \
-            as (jobs, cluster):
-        job_id, created = predict.submit(plan, jobs, state, cluster, options.force)
-        info(f"submitted job {job_id} to {jobs.endpoint.label}" if created else
-             f"job {job_id} already exists ({jobs.status(job_id)}): the same prediction was "
-             f"submitted before; not starting a duplicate (--force runs it again)")
-        if args.detach:
-            info(f"follow it: orchestrate logs --follow {job_id}")
-            if args.format == "json":
-                emit_json({"job_id": job_id, "created": created, "cluster": cluster})
-            else:
-                print(job_id)
-            return 0
-        try:
-            status = jobs.follow(job_id, _progress)
-        except KeyboardInterrupt:
-            info(experiment.leave_running(job_id, cluster, state))
-            return 130
-        summary = experiment.outcome(jobs, job_id, status, cluster, info)
-    summary["wall_time_s"] = round(time.monotonic() - started, 1)
-    show(summary, args.format)
-    return 0
-
-
-def _progress(line: str) -> None:
-    """The job's own progress lines; Ray Data's are in `orchestrate logs`."""
-    if "orchestrate:" in line:
-        info(line[line.index("orchestrate:"):])
+                                     force=args.force, settings=settings, detach=args.detach)
+    return finish(predict.run(options, State.here(), info), args.format, show)
 
 
 def show(summary: dict[str, Any], fmt: str) -> None:

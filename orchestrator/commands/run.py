@@ -1,23 +1,21 @@
 """orchestrate run EXPERIMENT.yaml: submit the job, follow it, print its results.
 
-Without `cluster:` the job goes to the embedded local Ray (started for the run, stopped after it,
+Without `cluster:` the job goes to the embedded Ray (started for the run, stopped after it,
 or reused if one is up). The submission id comes from the experiment's content: an unchanged
 experiment finds the job it already started instead of starting it twice (--force: run again).
 """
 from __future__ import annotations
 
 import argparse
-import os
-import time
-from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..output import add_format_argument, emit_json, info
 
 if TYPE_CHECKING:
     from ..contract import JobConfig
-    from ..jobs import progress
-    from ..state import State
+    from ..jobs import experiment, progress
+    from ..util.workdir import WorkingDir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,59 +36,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import JobError
     from ..jobs import experiment
     from ..language.experiment import load_experiment
     from ..state import State
-    from ..util.text import hide
     from .results import show
 
     spec = load_experiment(args.experiment)
     options = experiment.RunOptions(detach=args.detach, force=args.force, resume=args.resume,
                                     quiet=args.quiet)
     state = State.here()
-    started = time.monotonic()
-    plan = experiment.prepare(spec, options, info)
-    # The job's log is shown as it comes: a secret it prints (a user's exception, say) is not.
-    secrets = {name: os.environ[source] for name, source in plan.secrets.items()}
 
-    def say(text: str) -> None:
-        info(hide(text, secrets))
+    def in_project(submission: experiment.Submission, shipped: WorkingDir) -> None:
+        """A project's experiment: its entry in the project's state, as `apply` would write it."""
+        from ..gitops import sync
 
-    with experiment.target(spec, state, keep=options.detach, progress=info) as (jobs, cluster):
-        submission = experiment.submit(plan, spec, jobs, state, cluster, options)
-        job_id = submission.job_id
-        if submission.created:
-            info(f"submitted job {job_id} to {jobs.endpoint.label}")
-            _record_in_project(spec.path, job_id, submission.cluster, state)
-        else:
-            info(f"job {job_id} already exists ({jobs.status(job_id)}): this experiment is "
-                 f"unchanged since it was submitted; not starting a duplicate (--force runs it "
-                 f"again)")
-        if options.detach:
-            info(f"follow it: orchestrate logs --follow {job_id}\n"
-                 f"stop it:   orchestrate stop {job_id}")
-            if args.format == "json":
-                emit_json({"job_id": job_id, "created": submission.created,
-                           "cluster": submission.cluster})
-            else:
-                print(job_id)
-            return 0
-        display = _display(args, plan.config, job_id, secrets)
-        try:
-            status = jobs.follow(job_id, display.on_line)
-        except KeyboardInterrupt:
-            display.close()
-            info(experiment.leave_running(job_id, submission.cluster, state))
-            return 130
-        finally:
-            display.close()   # the status line cleared, the log file closed (also on an error)
-        try:
-            summary = experiment.results(jobs, submission, status, started, state, say)
-        except JobError as exc:
-            hint = "; ".join(h for h in (exc.hint, f"the log as followed here: {display.log_path}") if h)
-            raise JobError(hide(exc.message, secrets), hint=hint) from None
-    show(summary, args.format)
+        project = sync.project_of(spec.path)
+        if project is not None:
+            sync.record_run(project, spec, shipped, submission.job_id, submission.cluster,
+                            state, info)
+
+    ran = experiment.run(spec, options, state, info, lambda config, job_id, secrets:
+                         _display(args, config, job_id, secrets), in_project)
+    return finish(ran, args.format, show)
+
+
+def finish(ran: experiment.Ran, form: str, show: Callable[[dict[str, Any], str], None]) -> int:
+    """For `run` and `predict`: the summary shown, or for a job not followed to its end its id
+    printed (detached) or 130 (Ctrl-C); the exit code."""
+    if ran.interrupted:
+        return 130
+    if ran.summary is not None:
+        show(ran.summary, form)
+    elif form == "json":
+        emit_json({"job_id": ran.job_id, "created": ran.created, "cluster": ran.cluster})
+    else:
+        print(ran.job_id)
     return 0
 
 
@@ -110,12 +90,3 @@ def _display(args: argparse.Namespace, config: JobConfig, job_id: str,
         info(f"the job's whole log: {log_path} (-v shows it here)")
     return progress.Display(mode, epochs=progress.total_epochs(config), log_path=log_path,
                             hide=lambda text: hide(text, secrets))
-
-
-def _record_in_project(path: Path, job_id: str, cluster: str | None, state: State) -> None:
-    """A project's experiment: its entry in the project's state, as `apply` would write it."""
-    from ..gitops import sync
-
-    project = sync.project_of(path)
-    if project is not None:
-        sync.record_run(project, path, job_id, cluster, state, info)

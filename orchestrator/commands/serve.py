@@ -37,12 +37,9 @@ def run(args: argparse.Namespace) -> int:
     if len(args.target) != 1:
         info("orchestrate serve: error: give one service file (or --status [NAME...])")
         return 2  # bad usage, as argparse's own errors
-    from ..language.service import load_service
-
-    spec = load_service(args.target[0])
-    served = serve.deploy(spec, state, info)
+    served = serve.deploy_file(args.target[0], state, info)
     if args.format == "json":
-        shown = dict(served.as_dict(), token=serve.token(spec.name, state))
+        shown = dict(served.as_dict(), token=serve.token(served.name, state))
         emit_json(shown)
         return 0
     info(f"{served.name}: {served.status} at {served.url}" +

@@ -11,8 +11,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", nargs="?", metavar="JOB", help="the job's submission id")
     parser.add_argument("--cluster", metavar="NAME|CLUSTER.yaml",
                         help="the job's cluster (default: where this machine submitted it)")
-    parser.add_argument("--local-ray", action="store_true",
-                        help="shut down the embedded local Ray (and every job on it)")
+    parser.add_argument("--embedded", action="store_true",
+                        help="shut down the embedded Ray (and every job on it)")
+    parser.add_argument("--local-ray", dest="embedded", action="store_true",
+                        help=argparse.SUPPRESS)   # its old name, for scripts
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,8 +24,9 @@ def run(args: argparse.Namespace) -> int:
     from . import pick
 
     state = State.here()
-    if args.local_ray:
-        info("local Ray stopped" if embedded.shutdown(state.secrets) else "no local Ray is running")
+    if args.embedded:
+        info("the embedded Ray stopped" if embedded.shutdown(state.secrets)
+             else "the embedded Ray is not running")
         return 0
     if not args.job:
         raise JobError("name the job to stop", hint="`orchestrate jobs` lists them")

@@ -24,6 +24,7 @@ from ..language.project import ProjectSpec
 from ..language.service import ServiceSpec
 from ..render.cluster import RenderedCluster, config_hash, render_cluster
 from ..state.document import address
+from ..util.workdir import WorkingDir
 
 PROJECT_MARK, TOKEN_MARK, HOME_MARK = "${PROJECT}", "${TOKEN}", "${HOME}"
 
@@ -84,20 +85,31 @@ class _Shipped:
         self.seen: dict[tuple[str, tuple[str, ...]], str] = {}
         self.project_files = project_files
 
-    def digest(self, spec: ExperimentSpec, storage: str | None) -> str:
+    def digest(self, spec: ExperimentSpec, storage: str | None,
+               walked: WorkingDir | None = None) -> str:
+        """`walked`: what `ship(spec)` found already, if it was called."""
         from ..render.experiment import ship
 
         extra = tuple((spec.document.get("runtime_env") or {}).get("excludes") or ())
         key = (str(spec.working_dir), (*extra, str(storage)))  # what ship's excludes come from
         if key not in self.seen:
-            shipped = ship(spec)
+            shipped = walked or ship(spec)
             code = tuple(f for f in shipped.files
                          if shipped.root / f[0] not in self.project_files)
             self.seen[key] = dataclasses.replace(shipped, files=code).digest()
         return self.seen[key]
 
 
-def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped) -> Desired:
+def desired_experiment(project: ProjectSpec, spec: ExperimentSpec,
+                       walked: WorkingDir | None = None) -> Desired:
+    """One experiment of the project, loaded already (`run` of a project's file), as
+    `read_desired` gives it; `walked`: its working_dir as `ship(spec)` found it."""
+    return _experiment(spec, project, _Shipped(set(project.files()) | {spec.path.resolve()}),
+                       walked)
+
+
+def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped,
+                walked: WorkingDir | None = None) -> Desired:
     from ..render.experiment import resolve_config
 
     resolved = resolve_config(spec)
@@ -107,7 +119,8 @@ def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped) -
             "experiment_file", "experiment_sha256", "orchestrate_version")}
     cluster = spec.cluster.name if spec.cluster else None
     content = {"config": config, "cluster": cluster,
-               "working_dir": shipped.digest(spec, resolved["run_config"].get("storage_path"))}
+               "working_dir": shipped.digest(spec, resolved["run_config"].get("storage_path"),
+                                             walked)}
     if spec.environment.public():   # packages, variables, secrets' names: never their values
         content["environment"] = spec.environment.public()
     return Desired(address("experiment", spec.name), "experiment", spec.name,

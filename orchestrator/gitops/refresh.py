@@ -13,8 +13,8 @@ from typing import Any
 
 from ..cluster.health import probe
 from ..errors import OrchestrateError, StateError
-from ..reach import embedded
 from ..reach.endpoint import open_cluster
+from ..reach.target import embedded_endpoint
 from ..state import UP, State, home
 from ..state.document import StateDoc
 from ..state.folder import FolderStore
@@ -62,9 +62,8 @@ def refresh(doc: StateDoc, ps: ProjectState) -> Live:
         shutil.rmtree(folder, ignore_errors=True)
     embedded_jobs = None
     on_embedded = any(not e.get("cluster") for e in doc.entries("experiment").values())
-    ray = embedded.current(ps.machine.secrets) if on_embedded else None  # only when it matters
-    if ray is not None:
-        endpoint = ray.endpoint(ps.machine.secrets)
+    endpoint = embedded_endpoint(ps.machine) if on_embedded else None  # only when it matters
+    if endpoint is not None:
         try:
             embedded_jobs = _jobs(endpoint.address, endpoint.token)
         except HttpError:

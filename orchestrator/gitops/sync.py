@@ -12,13 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import SpecError, StateError
+from ..errors import StateError
 from ..language.cluster import ClusterSpec
+from ..language.experiment import ExperimentSpec
 from ..language.project import ProjectSpec, find_project, load_project
-from ..state import State, cluster_key
+from ..state import State
 from ..state.document import address
+from ..util.workdir import WorkingDir
 from . import actions
-from .desired import read_desired
+from .desired import desired_experiment
 from .store import ProjectState
 
 if TYPE_CHECKING:
@@ -58,14 +60,12 @@ def down(project: ProjectSpec, name: str, machine: State, progress: Progress,
     return True
 
 
-def record_run(project: ProjectSpec, path: Path, job_id: str, cluster: str | None,
-               machine: State, progress: Progress) -> None:
-    """After `run` submitted a job: the experiment's entry, as `apply` would write it."""
+def record_run(project: ProjectSpec, spec: ExperimentSpec, shipped: WorkingDir, job_id: str,
+               cluster: str | None, machine: State, progress: Progress) -> None:
+    """After `run` submitted a job: the experiment's entry, as `apply` would write it (from the
+    spec `run` loaded and the working_dir it walked: each file is read once per command)."""
     ps = ProjectState.open(project, machine)
-    try:
-        [item] = read_desired(project, [path.resolve()], lambda name: machine.secrets.path(cluster_key(name)))
-    except SpecError:
-        return  # it was valid a moment ago; if it changed since, the next plan shows it
+    item = desired_experiment(project, spec, shipped)
     try:
         with ps.lock("run", timeout=LOCK_WAIT, progress=progress) as who:
             doc = ps.read()

@@ -18,7 +18,7 @@ from ..util.waiting import poll
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 NO_AGENT = "No available agent to submit job"   # Ray's 500 while its job agent starts
 # A dashboard just started may also take the connection and drop it without an answer (seen once
-# in CI on the local Ray); a refused connection is not this, and is not tried again.
+# in CI on the embedded Ray); a refused connection is not this, and is not tried again.
 DROPPED = "Connection aborted"
 AGENT_WAIT = 60.0
 PROBE_EVERY = 5.0     # seconds between checks that the head still answers while following

@@ -1,12 +1,13 @@
 """Running an experiment: where its job goes, submitting it once, following it, its results.
 
-    plan = prepare(spec, options, progress)            # rendered before Ray is touched
+    ran = run(spec, options, state, progress, display)   # the `run` use case, in this order:
+    plan = prepare(spec, options, progress)              # rendered before Ray is touched
     with target(spec, state, keep=detach, progress=...) as (jobs, cluster): ...
     submission = submit(plan, spec, jobs, state, cluster, options)
-    status = jobs.follow(job_id, epoch_printer(quiet, progress))
-    summary = results(jobs, job_id, status, ...)      # JobError when the job failed
+    status = jobs.follow(job_id, display(...).on_line)
+    summary = results(jobs, submission, status, ...)     # JobError when the job failed
 
-Without `cluster:` the job goes to the embedded local Ray (started for the run, stopped after it,
+Without `cluster:` the job goes to the embedded Ray (started for the run, stopped after it,
 or reused if one is up). The submission id comes from the experiment's content: an unchanged
 experiment finds the job it already started instead of starting it twice (`force`: run again).
 """
@@ -18,21 +19,22 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from .. import contract
 from ..contract import JobConfig
 from ..errors import JobError, Problem, SpecError
 from ..language.experiment import ExperimentSpec
 from ..reach import embedded
+from ..reach.target import open_target, recorded_cluster
 from ..render.experiment import JobPlan, render_job, ship
 from ..state import ClusterRecord, State
 from ..util import workdir
 from ..util.progress import Progress
-from ..util.text import size_text
+from ..util.text import hide, size_text
 from ..util.uris import is_uri
 from .client import JobsClient
-from .targets import jobs_on, recorded_cluster
 
 TAIL = 25  # log lines shown when a job fails
 
@@ -50,40 +52,111 @@ class Submission:
     job_id: str
     created: bool                 # False: the same job existed already; nothing was started
     plan: JobPlan[JobConfig]
-    cluster: str | None           # the cluster's name; None: the embedded local Ray
+    cluster: str | None           # the cluster's name; None: the embedded Ray
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a `run` or `predict` use case ended with."""
+    job_id: str
+    created: bool                 # False: the same job existed already; nothing was started
+    cluster: str | None           # None: the embedded Ray
+    summary: dict[str, Any] | None = None   # None: detached, or interrupted while following
+    interrupted: bool = False     # Ctrl-C while following: the job keeps running
+
+
+class Follower(Protocol):
+    """Where a followed job's log lines go (`jobs.progress.Display`)."""
+    log_path: Path
+
+    def on_line(self, line: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+# (the job's config, its id, secret values to hide) -> where its log lines go
+FollowerFactory = Callable[[JobConfig, str, dict[str, str]], Follower]
+# after a new job was submitted (e.g. its entry in a project's state): the submission, and the
+# working_dir as shipped (walked once per command)
+OnSubmitted = Callable[[Submission, workdir.WorkingDir], None]
 
 
 @contextlib.contextmanager
 def target(spec: ExperimentSpec, state: State, *, keep: bool,
            progress: Progress) -> Iterator[tuple[JobsClient, str | None]]:
-    """Jobs on the experiment's cluster, or on the embedded local Ray (kept up if `keep`)."""
+    """Jobs on the experiment's cluster, or on the embedded Ray (kept up if `keep`)."""
     record = None
     if spec.cluster is not None:
         record = recorded_cluster(state, name=spec.cluster.name, file=spec.cluster.path)
     num_workers = int((spec.document.get("scaling_config") or {}).get("num_workers", 1))
-    with open_target(record, state, keep=keep, progress=progress,
+    with jobs_target(record, state, keep=keep, progress=progress,
                      num_cpus=None if num_workers < 3 else num_workers + 2) as found:
         yield found
 
 
 @contextlib.contextmanager
-def open_target(record: ClusterRecord | None, state: State, *, keep: bool, progress: Progress,
+def jobs_target(record: ClusterRecord | None, state: State, *, keep: bool, progress: Progress,
                 num_cpus: int | None = None) -> Iterator[tuple[JobsClient, str | None]]:
-    """Jobs on `record`'s cluster, or on the embedded local Ray (started with `num_cpus` if it
-    is not up; kept up after if `keep`)."""
-    if record is not None:
-        with jobs_on(record, state) as jobs:
-            yield jobs, record.name
-        return
-    with embedded.session(state.secrets, num_cpus=num_cpus, keep=keep) as (ray, started):
-        progress(f"{'started' if started else 'using'} a local Ray ({ray.address})")
-        yield JobsClient(ray.endpoint(state.secrets)), None
+    """Jobs on `record`'s cluster, or on the embedded Ray (started with `num_cpus` if it is not
+    up; kept up after if `keep`); with the cluster's name (None: the embedded Ray)."""
+    with open_target(state, record, start=True, keep=keep, num_cpus=num_cpus,
+                     progress=progress) as endpoint:
+        yield JobsClient(endpoint), record.name if record is not None else None
+
+
+def run(spec: ExperimentSpec, options: RunOptions, state: State, progress: Progress,
+        follower: FollowerFactory, on_submitted: OnSubmitted | None = None) -> Ran:
+    """`orchestrate run`: prepare, submit once, and unless detached follow the job to its
+    results (JobError when it failed; secret values hidden from what is said)."""
+    started = time.monotonic()
+    shipped = ship(spec)
+    plan = _prepare(spec, shipped, options, progress)
+    # The job's log is shown as it comes: a secret it prints (a user's exception, say) is not.
+    secrets = {name: os.environ[source] for name, source in plan.secrets.items()}
+
+    def say(text: str) -> None:
+        progress(hide(text, secrets))
+
+    with target(spec, state, keep=options.detach, progress=progress) as (jobs, cluster):
+        submission = submit(plan, spec, jobs, state, cluster, options)
+        job_id = submission.job_id
+        if submission.created:
+            progress(f"submitted job {job_id} to {jobs.endpoint.label}")
+            if on_submitted is not None:
+                on_submitted(submission, shipped)
+        else:
+            progress(f"job {job_id} already exists ({jobs.status(job_id)}): this experiment is "
+                     f"unchanged since it was submitted; not starting a duplicate (--force runs "
+                     f"it again)")
+        if options.detach:
+            progress(f"follow it: orchestrate logs --follow {job_id}\n"
+                     f"stop it:   orchestrate stop {job_id}")
+            return Ran(job_id, submission.created, submission.cluster)
+        display = follower(plan.config, job_id, secrets)
+        try:
+            status = jobs.follow(job_id, display.on_line)
+        except KeyboardInterrupt:
+            display.close()
+            progress(leave_running(job_id, submission.cluster, state))
+            return Ran(job_id, submission.created, submission.cluster, interrupted=True)
+        finally:
+            display.close()   # the status line cleared, the log file closed (also on an error)
+        try:
+            summary = results(jobs, submission, status, started, state, say)
+        except JobError as exc:
+            hint = "; ".join(h for h in (exc.hint, f"the log as followed here: {display.log_path}") if h)
+            raise JobError(hide(exc.message, secrets), hint=hint) from None
+    return Ran(job_id, submission.created, submission.cluster, summary)
 
 
 def prepare(spec: ExperimentSpec, options: RunOptions, progress: Progress) -> JobPlan[JobConfig]:
     """The job to submit, rendered before any Ray is started; says how much of the working_dir
     it ships, warns when that is more than code usually is, refuses what Ray would refuse."""
-    shipped = ship(spec)
+    return _prepare(spec, ship(spec), options, progress)
+
+
+def _prepare(spec: ExperimentSpec, shipped: workdir.WorkingDir, options: RunOptions,
+             progress: Progress) -> JobPlan[JobConfig]:
     size = f"{len(shipped.files)} files, {size_text(shipped.size)}"
 
     def hint() -> str:
@@ -130,7 +203,7 @@ def check_environment(spec: ExperimentSpec, shipped: workdir.WorkingDir | None =
         from ..render.experiment import resolve_config
         from . import tracking
 
-        tracking.check(spec, resolve_config(spec), local=spec.cluster is None, progress=progress)
+        tracking.check(spec, resolve_config(spec), embedded=spec.cluster is None, progress=progress)
 
 
 def submit(plan: JobPlan[JobConfig], spec: ExperimentSpec, jobs: JobsClient, state: State,
@@ -236,11 +309,11 @@ def find_results(key: str, state: State) -> dict[str, Any]:
 
 
 def leave_running(job_id: str, cluster: str | None, state: State) -> str:
-    """After Ctrl-C while following: keep the local Ray up for the job; say how to reach it."""
+    """After Ctrl-C while following: keep the embedded Ray up for the job; say how to reach it."""
     if cluster is None:
         embedded.keep_running(state.secrets)
     return (f"\nstopped following; job {job_id} keeps running.\n"
             f"  follow it: orchestrate logs --follow {job_id}\n"
             f"  stop it:   orchestrate stop {job_id}"
-            + ("" if cluster else "\n  then stop the local Ray: orchestrate stop "
-               "--local-ray"))
+            + ("" if cluster else "\n  then stop the embedded Ray: orchestrate stop "
+               "--embedded"))

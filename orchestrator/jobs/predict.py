@@ -1,8 +1,9 @@
 """`orchestrate predict`: batch prediction with a run's checkpoint, as a Ray job.
 
+    ran = run(options, state, progress)            # the `predict` use case, in this order:
     request, where = resolve(options, state)       # which run, which data, which Ray
     plan = render_predict(request, ...)            # before any Ray is touched
-    with open_target(where.cluster, ...) as (jobs, cluster):
+    with jobs_target(where.cluster, ...) as (jobs, cluster):
         job_id, created = submit(plan, jobs, ...)  # an unchanged request finds its job
         status = jobs.follow(job_id, ...)
         summary = outcome(jobs, job_id, status, ...)
@@ -20,14 +21,15 @@ from pathlib import Path
 from ..contract import PREDICTIONS_FOLDER, DatasetSection
 from ..errors import JobError, OrchestrateError, Problem, SpecError
 from ..language.experiment import ExperimentSpec
+from ..reach.target import recorded_cluster
 from ..render.experiment import dataset_path, guess_format, ship
 from ..render.predict import PredictPlan, PredictRequest, Settings, render_predict
 from ..state import ClusterRecord, State
+from ..util.progress import Progress
 from ..util.uris import is_uri
 from ..util.workdir import WorkingDir
 from .client import JobsClient
-from .experiment import latest_run
-from .targets import recorded_cluster
+from .experiment import Ran, jobs_target, latest_run, leave_running, outcome
 
 EXPERIMENT_SUFFIXES = (".yaml", ".yml")
 
@@ -41,11 +43,12 @@ class PredictOptions:
     cluster: str | None = None         # for a run or checkpoint folder; an experiment has its own
     force: bool = False
     settings: Settings = Settings()
+    detach: bool = False               # return once the job is submitted
 
 
 @dataclass(frozen=True)
 class Where:
-    cluster: ClusterRecord | None      # None: the embedded local Ray
+    cluster: ClusterRecord | None      # None: the embedded Ray
     spec: ExperimentSpec | None        # the experiment the source names, if it names one
     working_dir: Path | None           # shipped with the job when the data lies inside it
     shipped: WorkingDir | None
@@ -76,7 +79,7 @@ def resolve(options: PredictOptions, state: State) -> tuple[PredictRequest, Wher
         name = parts[-2] if parts[-1].startswith("checkpoint_") and len(parts) > 1 else parts[-1]
         if options.cluster:
             record = recorded_cluster(state, name=options.cluster, asked=options.cluster)
-    if record is None:  # the local Ray reads this machine's files: say now what is missing
+    if record is None:  # the embedded Ray reads this machine's files: say now what is missing
         for value, field in ((source, "SOURCE"), (options.data, "--data")):
             if not is_uri(value) and not Path(_absolute(value)).exists():
                 raise _problem(f"{value} does not exist", field)
@@ -85,6 +88,37 @@ def resolve(options: PredictOptions, state: State) -> tuple[PredictRequest, Wher
     request = PredictRequest(name=_job_name(name), source=source, data=data, output=output,
                              settings=options.settings)
     return request, Where(record, spec, working_dir, shipped)
+
+
+def run(options: PredictOptions, state: State, progress: Progress) -> Ran:
+    """`orchestrate predict`: resolve, render, submit once, and unless detached follow the job
+    to its summary (JobError when it failed)."""
+    request, where = resolve(options, state)
+    job = plan(request, where)
+    started = time.monotonic()
+    with jobs_target(where.cluster, state, keep=options.detach, progress=progress) \
+            as (jobs, cluster):
+        job_id, created = submit(job, jobs, state, cluster, options.force)
+        progress(f"submitted job {job_id} to {jobs.endpoint.label}" if created else
+                 f"job {job_id} already exists ({jobs.status(job_id)}): the same prediction was "
+                 f"submitted before; not starting a duplicate (--force runs it again)")
+        if options.detach:
+            progress(f"follow it: orchestrate logs --follow {job_id}")
+            return Ran(job_id, created, cluster)
+
+        def lines(line: str) -> None:
+            """The job's own progress lines; Ray Data's are in `orchestrate logs`."""
+            if "orchestrate:" in line:
+                progress(line[line.index("orchestrate:"):])
+
+        try:
+            status = jobs.follow(job_id, lines)
+        except KeyboardInterrupt:
+            progress(leave_running(job_id, cluster, state))
+            return Ran(job_id, created, cluster, interrupted=True)
+        summary = outcome(jobs, job_id, status, cluster, progress)
+    summary["wall_time_s"] = round(time.monotonic() - started, 1)
+    return Ran(job_id, created, cluster, summary)
 
 
 def _job_name(name: str) -> str:

@@ -12,7 +12,7 @@ from ..errors import OrchestrateError
 from ..state import State
 from .client import TERMINAL
 
-LOCAL = "local"   # the cluster column of a run on the embedded local Ray
+LOCAL = "local"   # the cluster column of a run on the embedded Ray
 UNKNOWN = "UNKNOWN"   # not seen to end, and its Ray does not answer about it now
 
 
@@ -69,8 +69,9 @@ def refresh(rows: list[dict[str, Any]], state: State,
 
 
 def _ask(cluster: str, rows: list[dict[str, Any]], state: State) -> None:
+    from ..reach.target import recorded_cluster
     from .experiment import outcome
-    from .targets import jobs_on, recorded_cluster
+    from .targets import jobs_on
 
     record = None if cluster == LOCAL else recorded_cluster(state, name=cluster)
     with jobs_on(record, state) as jobs:

@@ -1,5 +1,6 @@
 """`orchestrate serve` / `unserve` / `serve --status`: a Serve application per service file,
-through the dashboard's Serve REST API (`/api/serve/applications/`, behind the cluster's token).
+through the dashboard's Serve REST API (`serve_client.ServeClient`, on the Endpoint
+`reach.target.open_target` gives: the service's cluster, or the embedded Ray).
 
     deploy(spec, state, progress) -> Served
         checkpoint (resolved here) -> token (0600, only its hash goes to the cluster)
@@ -24,8 +25,7 @@ from typing import Any
 from ..errors import OrchestrateError, Problem, ServeError, SpecError
 from ..language.service import ServiceSpec
 from ..launch.head import forward
-from ..reach import embedded
-from ..reach.endpoint import Endpoint
+from ..reach.target import embedded_endpoint, open_target, recorded_cluster
 from ..render import service as render
 from ..state import ClusterRecord, State, service_key
 from ..util import http
@@ -33,10 +33,7 @@ from ..util.ports import free_port
 from ..util.progress import Progress
 from ..util.waiting import poll
 from .experiment import latest_run
-from .targets import recorded_cluster
-
-API = "/api/serve/applications/"
-DEPLOY_TIMEOUT = 600.0
+from .serve_client import ServeClient, routes, running_configs
 
 
 @dataclass(frozen=True)
@@ -84,53 +81,16 @@ def checkpoint_of(spec: ServiceSpec, state: State) -> str:
     return checkpoint
 
 
-@contextlib.contextmanager
-def target(cluster: ClusterRecord | None, state: State, *,
-           start: bool) -> Iterator[tuple[Endpoint, str]]:
-    """(the dashboard's Endpoint, the host the Serve proxy binds to): the cluster's, or the
-    local Ray's (started and kept running if `start`)."""
-    if cluster is not None:
-        from ..reach.endpoint import open_cluster
-
-        with open_cluster(cluster, state) as endpoint:
-            yield endpoint, "127.0.0.1" if cluster.tunneled else str(cluster.head_ip)
-        return
-    if start:
-        with embedded.session(state.secrets, keep=True) as (ray, _started):
-            yield ray.endpoint(state.secrets), "127.0.0.1"
-        return
-    local = embedded.current(state.secrets)
-    if local is None:
-        raise ServeError("the local Ray is not running, so neither is any service on it",
-                         hint="serve it again: orchestrate serve FILE")
-    yield local.endpoint(state.secrets), "127.0.0.1"
-
-
-def _details(endpoint: Endpoint) -> dict[str, Any]:
-    try:
-        found = http.get_json(endpoint.address, API, endpoint.token, timeout=30)
-    except http.HttpError as exc:
-        raise ServeError(f"{endpoint.label}: the Serve API did not answer: {exc}") from None
-    return found if isinstance(found, dict) else {}
-
-
-def running_configs(details: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every application's config as Serve holds it (what to send back to keep it)."""
-    apps = (details.get("applications") or {}).values()
-    return [app["deployed_app_config"] for app in apps if app.get("deployed_app_config")]
-
-
-def routes(details: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every application's name and route, also those deployed with `serve.run`, which Serve
-    reports without a config (the PUT leaves them alone, but their routes are taken)."""
-    return [{"name": name, "route_prefix": app.get("route_prefix")}
-            for name, app in (details.get("applications") or {}).items()]
+def _host(cluster: ClusterRecord | None) -> str:
+    """The host the Serve proxy binds to: the head's address, or loopback (a forward on
+    clouds, the embedded Ray)."""
+    return "127.0.0.1" if cluster is None or cluster.tunneled else str(cluster.head_ip)
 
 
 def _http_options(details: dict[str, Any], host: str, spec: ServiceSpec,
                   cluster: ClusterRecord | None) -> dict[str, Any]:
     """Serve's proxy options: those of a Serve already running (they cannot change), else the
-    head's address (or loopback) and the service's port (the local Ray: a free one)."""
+    head's address (or loopback) and the service's port (the embedded Ray: a free one)."""
     current = details.get("http_options") or {}  # present only while Serve runs
     if current.get("port"):
         return dict(current)
@@ -138,68 +98,10 @@ def _http_options(details: dict[str, Any], host: str, spec: ServiceSpec,
     return render.http_options(host, int(port))
 
 
-def _upload_package(endpoint: Endpoint) -> str:
-    """orchestrate's package in the cluster's GCS, as `ray job submit` uploads py_modules (only
-    when the cluster does not hold this content yet); its gcs:// URI."""
-    from ray.job_submission import JobSubmissionClient
-
-    from ..render.experiment import package_dir
-
-    env: dict[str, Any] = {"py_modules": [package_dir()]}
-    try:
-        client = JobSubmissionClient(endpoint.address, headers=endpoint.headers or None)
-        client._upload_py_modules_if_needed(env)  # the job client's own upload (no public API)
-    except Exception as exc:  # noqa: BLE001 - Ray raises RuntimeError, requests' errors, ...
-        raise ServeError(f"{endpoint.label}: uploading orchestrate's package failed: "
-                         f"{str(exc).splitlines()[0][:300]}") from None
-    return str(env["py_modules"][0])
-
-
 def _same(deployed: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
     """Whether Serve runs `wanted` already (the package's URI is its content's hash, so a new
     orchestrate redeploys)."""
     return deployed is not None and all(deployed.get(k) == v for k, v in wanted.items())
-
-
-def _put(endpoint: Endpoint, details: dict[str, Any], http_options: dict[str, Any],
-         apps: list[dict[str, Any]]) -> None:
-    """PUT every application; a running Serve keeps its proxy settings (they cannot change)."""
-    body = {"proxy_location": details.get("proxy_location") or "HeadOnly",
-            "http_options": http_options, "applications": apps}
-    try:
-        http.send_json(endpoint.address, API, endpoint.token, body, method="PUT", timeout=60)
-    except http.HttpError as exc:
-        raise ServeError(f"{endpoint.label}: Serve refused the applications: {exc}") from None
-
-
-def _wait(endpoint: Endpoint, name: str, progress: Progress, *, gone: bool = False) -> str:
-    shown: list[str] = []
-
-    def settled() -> str | None:
-        app = (_details(endpoint).get("applications") or {}).get(name)
-        if gone:
-            return "DELETED" if app is None else None
-        status = str((app or {}).get("status") or "NOT_STARTED")
-        if not shown or shown[-1] != status:
-            shown.append(status)
-            progress(f"  {name}: {status}")
-        if status == "DEPLOY_FAILED":
-            raise ServeError(f"{name} failed to deploy: {_failure(app or {})}",
-                             hint="the replica's log: the Serve logs in the dashboard")
-        return status if status == "RUNNING" else None
-
-    status = poll(settled, timeout=DEPLOY_TIMEOUT, interval=1.0)
-    if status is None:
-        raise ServeError(f"{name} was not {'removed' if gone else 'RUNNING'} after "
-                         f"{DEPLOY_TIMEOUT:.0f} s")
-    return status
-
-
-def _failure(app: dict[str, Any]) -> str:
-    for deployment in (app.get("deployments") or {}).values():
-        if deployment.get("message"):
-            return str(deployment["message"]).strip().splitlines()[-1][:500]
-    return str(app.get("message") or "no message").strip().splitlines()[-1][:500]
 
 
 @contextlib.contextmanager
@@ -222,6 +124,13 @@ def _healthy(base: str, route: str) -> None:
         raise ServeError(f"{base}{route}/healthz did not answer 200 within 120 s")
 
 
+def deploy_file(path: str, state: State, progress: Progress) -> Served:
+    """`orchestrate serve FILE`: the service file loaded and deployed."""
+    from ..language.service import load_service
+
+    return deploy(load_service(path), state, progress)
+
+
 def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
     cluster = None
     if spec.cluster is not None:
@@ -229,13 +138,15 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
     checkpoint = checkpoint_of(spec, state)
     token, token_file, made = _token(spec, state)
     digest = hashlib.sha256(token.encode()).hexdigest() if token else None
-    with target(cluster, state, start=True) as (endpoint, host):
-        details = _details(endpoint)
+    with open_target(state, cluster, start=True, keep=True, progress=progress) as endpoint:
+        serve = ServeClient(endpoint)
+        details = serve.details()
         running = running_configs(details)
         ours = next((a for a in running if a.get("name") == spec.name), None)
-        options = _http_options(details, host, spec, cluster)
+        url_host = _host(cluster)
+        options = _http_options(details, url_host, spec, cluster)
         wanted = render.render_application(spec, checkpoint=checkpoint, token_sha256=digest,
-                                           package_uri=_upload_package(endpoint))
+                                           package_uri=serve.upload_package())
         owner = render.route_owner(routes(details), wanted)
         if owner:
             raise _problem(spec, ("route_prefix",), f"the route {spec.route_prefix} is served "
@@ -244,9 +155,8 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
         changed = not (_same(ours, wanted) and status == "RUNNING")
         if changed:
             progress(f"deploying {spec.name} ({checkpoint}) to {endpoint.label}")
-            _put(endpoint, details, options, render.merge(running, wanted))
-            status = _wait(endpoint, spec.name, progress)
-        url_host = "127.0.0.1" if cluster is None or cluster.tunneled else str(cluster.head_ip)
+            serve.put(details, options, render.merge(running, wanted))
+            status = serve.wait(spec.name, progress)
         with reach(url_host, int(options["port"]), cluster, state) as base:
             _healthy(base, spec.route_prefix)
         url = f"http://{url_host}:{options['port']}{spec.route_prefix.rstrip('/')}"
@@ -296,16 +206,17 @@ def remove(name: str, state: State, progress: Progress) -> bool:
     cluster = _cluster_of(entry, state)
     found = False
     try:
-        with target(cluster, state, start=False) as (endpoint, _host):
-            details = _details(endpoint)
+        with open_target(state, cluster) as endpoint:
+            serve = ServeClient(endpoint)
+            details = serve.details()
             running = running_configs(details)
             found = any(a.get("name") == name for a in running)
             if found:
-                _put(endpoint, details, details.get("http_options") or {},
-                     render.without(running, name))
-                _wait(endpoint, name, progress, gone=True)
-    except ServeError:
-        if cluster is not None or embedded.current(state.secrets) is not None:
+                serve.put(details, details.get("http_options") or {},
+                          render.without(running, name))
+                serve.wait(name, progress, gone=True)
+    except OrchestrateError:  # the embedded Ray gone: so is every service on it
+        if cluster is not None or embedded_endpoint(state) is not None:
             raise
     state.store.forget_service(name)
     state.secrets.remove(service_key(name))
@@ -320,8 +231,8 @@ def status(names: list[str], state: State) -> list[dict[str, Any]]:
         row = {"name": entry["name"], "cluster": entry.get("cluster"), "url": entry.get("url"),
                "checkpoint": entry.get("checkpoint"), "status": "NOT_RUNNING", "replicas": 0}
         try:
-            with target(_cluster_of(entry, state), state, start=False) as (endpoint, _host):
-                app = (_details(endpoint).get("applications") or {}).get(entry["name"]) or {}
+            with open_target(state, _cluster_of(entry, state)) as endpoint:
+                app = ServeClient(endpoint).application(entry["name"]) or {}
         except OrchestrateError as exc:
             row["error"] = str(exc)
             app = {}

@@ -1,10 +1,10 @@
 """`tracking.mlflow` checked before a tracked experiment is submitted: a URI that cannot work
 fails here, naming the field, rather than minutes later inside the job.
 
-    check(spec, config, local=..., progress=...)   # SpecError, or nothing
+    check(spec, config, embedded=..., progress=...)   # SpecError, or nothing
 
 A server is asked what MLflow's client would ask first (the experiment by name) with the
-credentials the job will get; a folder must be one this machine can write (for the local Ray;
+credentials the job will get; a folder must be one this machine can write (for the embedded Ray;
 a cluster's folder is the cluster's). Databases and Databricks are left to MLflow.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ LEFT_TO_MLFLOW = ("databricks", "databricks-uc", "uc", "sqlite", "postgresql", "
 TIMEOUT = 10.0
 
 
-def check(spec: ExperimentSpec, config: JobConfig, *, local: bool,
+def check(spec: ExperimentSpec, config: JobConfig, *, embedded: bool,
           progress: Callable[[str], None], environ: Mapping[str, str] | None = None) -> None:
     """SpecError when the run could not be tracked as its experiment says."""
     section = config.get("tracking")
@@ -38,10 +38,10 @@ def check(spec: ExperimentSpec, config: JobConfig, *, local: bool,
         return
     environ = os.environ if environ is None else environ
     uri = section["tracking_uri"]
-    problem = _problem(uri, section["experiment_name"], local=local, environ=environ,
+    problem = _problem(uri, section["experiment_name"], embedded=embedded, environ=environ,
                        progress=progress)
-    # the local Ray's jobs run with this Python's packages
-    if problem is None and local and not _installed("mlflow"):
+    # the embedded Ray's jobs run with this Python's packages
+    if problem is None and embedded and not _installed("mlflow"):
         import sys
 
         problem = MISSING.format(python=sys.executable), None
@@ -63,14 +63,14 @@ def _installed(package: str) -> bool:
         return False
 
 
-def _problem(uri: str, experiment: str, *, local: bool, environ: Mapping[str, str],
+def _problem(uri: str, experiment: str, *, embedded: bool, environ: Mapping[str, str],
              progress: Callable[[str], None]) -> tuple[str, str | None] | None:
     if not uri:
         return ("no tracking URI: tracking.mlflow.tracking_uri is not set, nor is "
                 "MLFLOW_TRACKING_URI", "give a server's URL (http://host:5000) or a folder")
     scheme = urllib.parse.urlsplit(uri).scheme.lower()   # a password was refused by render
     if is_file_store(uri):
-        if local:
+        if embedded:
             return _folder_problem(uri)
         progress(f"warning: the tracking store {uri} is a folder on the cluster's nodes (each "
                  f"run's on the node its Train controller runs on); a tracking server is what a "
@@ -82,10 +82,10 @@ def _problem(uri: str, experiment: str, *, local: bool, environ: Mapping[str, st
         return (f"{public_uri(uri)!r} is not a tracking URI MLflow reads",
                 "a server's http(s):// URL, a folder, or file:///folder")
     host = urllib.parse.urlsplit(uri).hostname or ""
-    if not local and (host == "localhost" or is_loopback(host)):
+    if not embedded and (host == "localhost" or is_loopback(host)):
         progress(f"warning: {public_uri(uri)} is loopback: on the cluster each node reaches "
                  f"itself there, not this machine")
-    return _server_problem(uri, experiment, local=local, environ=environ, progress=progress)
+    return _server_problem(uri, experiment, embedded=embedded, environ=environ, progress=progress)
 
 
 def _folder_problem(uri: str) -> tuple[str, str | None] | None:
@@ -101,7 +101,7 @@ def _folder_problem(uri: str) -> tuple[str, str | None] | None:
     return None
 
 
-def _server_problem(uri: str, experiment: str, *, local: bool, environ: Mapping[str, str],
+def _server_problem(uri: str, experiment: str, *, embedded: bool, environ: Mapping[str, str],
                     progress: Callable[[str], None]) -> tuple[str, str | None] | None:
     shown = public_uri(uri)
     query = urllib.parse.urlencode({"experiment_name": experiment})
@@ -115,7 +115,7 @@ def _server_problem(uri: str, experiment: str, *, local: bool, environ: Mapping[
         code, body = exc.code, exc.read()[:4096]
     except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
         reason = str(getattr(exc, "reason", exc)) or type(exc).__name__
-        if not local:  # the cluster may reach what this machine cannot
+        if not embedded:  # the cluster may reach what this machine cannot
             progress(f"warning: the tracking server {shown} does not answer from here "
                      f"({reason}); the job on the cluster will try it")
             return None

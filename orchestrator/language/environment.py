@@ -6,7 +6,7 @@ Requirements are Ray's own list: PEP 508 strings, URLs (`git+https://...`, `pkg 
 pip option lines (`--index-url ...`), or local paths (a wheel, an sdist, a project folder). A
 local path is relative to the file that names it and must reach the job: inside the working_dir
 it becomes `${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}/<path>` (Ray sets it where it unpacked the
-working_dir on each node; pip expands it), outside it is an absolute path, which only a local Ray
+working_dir on each node; pip expands it), outside it is an absolute path, which only the embedded Ray
 can open. Each local path gets a comment with its content's digest (render.experiment, from the
 files shipped, for a path inside the working_dir), so a rebuilt wheel gives Ray's pip cache
 (keyed by the list's text) a new key. `-r FILE` lines are read here, relative to the file that

@@ -1,7 +1,7 @@
 """Service YAML -> ServiceSpec: a run's checkpoint served over HTTP by Ray Serve.
 
     name: cancer-xgb
-    cluster: ../cluster_configs/local.yaml        # omitted: the local Ray
+    cluster: ../cluster_configs/local.yaml        # omitted: the embedded Ray
     model: {experiment: ../experiments/xgboost-breast-cancer.yaml, checkpoint: best}
     route_prefix: /cancer                         # default /<name>
     replicas: 2                                   # or autoscaling: {min_replicas, max_replicas, ...}
@@ -44,7 +44,7 @@ class ServiceSpec:
     experiment: ExperimentSpec | None   # model.experiment, loaded
     source: str | None                  # model.run or model.checkpoint: absolute, or a URI
     checkpoint: str                     # best | latest (of a run), or "" for a checkpoint folder
-    cluster: ClusterSpec | None = None  # None: the local Ray
+    cluster: ClusterSpec | None = None  # None: the embedded Ray
     doc: Document | None = field(repr=False, compare=False, default=None)
 
 

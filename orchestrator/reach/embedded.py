@@ -1,4 +1,4 @@
-"""The embedded local Ray: a private `ray start --head --block` child for runs without a cluster.
+"""The embedded Ray: a private `ray start --head --block` child for runs without a cluster.
 
 Never `ray stop`: it kills every Ray process of the user on the host. This Ray gets its own
 --temp-dir (short: unix socket paths are limited to ~107 bytes) and its own free ports, runs in
@@ -10,7 +10,7 @@ clients send as `Authorization: Bearer <token>` (`EmbeddedRay.endpoint`).
 
 Several `orchestrate run`s may share it: each registers itself in `users/`; the last one to
 leave stops it, unless a detached job asked to keep it (`keep`), which `orchestrate stop
---local-ray` ends. Its record is this machine's alone (a process id): it lives in the local
+--embedded` ends. Its record is this machine's alone (a process id): it lives in the local
 folder `$ORCHESTRATE_HOME/local-ray/`, never in a shared state backend.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ from ..util.waiting import until
 from .endpoint import EMBEDDED, Endpoint
 
 TOKEN_KEY = "local-ray"
-LABEL = "the local Ray"
+LABEL = "the embedded Ray"
 
 
 @dataclass(frozen=True)
@@ -60,16 +60,16 @@ def _folder() -> Path:
     return folder
 
 
-LOCK_TIMEOUT = 300.0  # starting the local Ray takes ~10 s; a holder this long is stuck
+LOCK_TIMEOUT = 300.0  # starting the embedded Ray takes ~10 s; a holder this long is stuck
 
 
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
     try:
-        with held(_folder() / "lock", action="local Ray", timeout=LOCK_TIMEOUT):
+        with held(_folder() / "lock", action="embedded Ray", timeout=LOCK_TIMEOUT):
             yield
     except Busy as busy:
-        raise JobError(f"the local Ray's lock ({_folder() / 'lock'}) is held"
+        raise JobError(f"the embedded Ray's lock ({_folder() / 'lock'}) is held"
                        + (f" by {busy.holder}" if busy.holder else "")
                        + f" for more than {LOCK_TIMEOUT:.0f} s",
                        hint="if that command is gone, remove the lock file") from None
@@ -152,7 +152,7 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
                 env=env, start_new_session=True,
             )
         except OSError as exc:
-            raise JobError(f"could not start a local Ray: {exc}",
+            raise JobError(f"could not start the embedded Ray: {exc}",
                            hint='pip install "orchestrate[ray]"') from exc
     ray = EmbeddedRay(f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}", process.pid, temp_dir,
                       num_cpus)
@@ -161,7 +161,7 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
     if not up or process.poll() is not None:
         text = tail(log_path)
         stop(ray)
-        raise JobError(f"the local Ray did not start:\n{text}")
+        raise JobError(f"the embedded Ray did not start:\n{text}")
     return ray
 
 
@@ -186,8 +186,15 @@ def _live_users() -> list[Path]:
     return users
 
 
+def running_at(address: str) -> bool:
+    """Whether the embedded Ray recorded at `address` still runs: cheap (no lock, no request),
+    for a caller that holds its Endpoint and checks often."""
+    ray = _recorded()
+    return ray is not None and ray.address == address and alive(ray.pid)
+
+
 def current(secrets: SecretStore) -> EmbeddedRay | None:
-    """The embedded local Ray if one is up (for `jobs`, `logs`, `stop` without a cluster)."""
+    """The embedded Ray if it is up (for `jobs`, `logs`, `stop` without a cluster)."""
     with _locked():
         return _read_record(secrets)
 
@@ -195,7 +202,7 @@ def current(secrets: SecretStore) -> EmbeddedRay | None:
 @contextlib.contextmanager
 def session(secrets: SecretStore, num_cpus: int | None = None,
             keep: bool = False) -> Iterator[tuple[EmbeddedRay, bool]]:
-    """Use the local Ray for the duration of the block: reuse one that is up, else start one.
+    """Use the embedded Ray for the duration of the block: reuse one that is up, else start one.
 
     Yields (EmbeddedRay, started). On exit the last user stops it, unless someone asked to keep it.
     """
@@ -221,7 +228,7 @@ def session(secrets: SecretStore, num_cpus: int | None = None,
 
 
 def keep_running(secrets: SecretStore) -> None:
-    """Leave the local Ray up after this session (a job was left running on it)."""
+    """Leave the embedded Ray up after this session (a job was left running on it)."""
     with _locked():
         ray = _read_record(secrets)
         if ray is not None:
@@ -229,7 +236,7 @@ def keep_running(secrets: SecretStore) -> None:
 
 
 def shutdown(secrets: SecretStore) -> bool:
-    """Stop the embedded local Ray whoever started it; False if none was up."""
+    """Stop the embedded Ray whoever started it; False if none was up."""
     with _locked():
         ray = _read_record(secrets)
         if ray is None:

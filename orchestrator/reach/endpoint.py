@@ -2,7 +2,9 @@
 
     with open_cluster(record, state) as endpoint:    # a recorded cluster
         JobsClient(endpoint) ...
-    embedded.session() ... ray.endpoint()            # the embedded local Ray
+    embedded.session() ... ray.endpoint()            # the embedded Ray
+
+Which of them a command reaches is decided in `target.open_target`.
 
 When the cluster's dashboard binds to the head's loopback (clouds), a forward from a free local
 port to the head's dashboard port (its launch backend's: `ssh -N -L` for `ray up` clusters) is
@@ -28,7 +30,7 @@ DIRECT, FORWARD, EMBEDDED = "direct", "ssh-forward", "embedded"
 class Endpoint:
     address: str                         # http://host:port, usable from this machine now
     token: str | None = field(repr=False)
-    label: str                           # for messages: "cluster gpu", "the local Ray"
+    label: str                           # for messages: "cluster gpu", "the embedded Ray"
     via: str = DIRECT                    # direct | ssh-forward | embedded
 
     @property

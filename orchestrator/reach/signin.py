@@ -11,7 +11,7 @@ cookie, and only Ray's endpoint is trusted to make it.
 `/api/authenticate` with the token and hand Ray's own `Set-Cookie` to the browser, with a
 redirect to the dashboard. Cookies are scoped by host, not by port (RFC 6265, section 8.5), so a
 cookie set by 127.0.0.1:PORT is sent to the dashboard at 127.0.0.1:ITS_PORT: the dashboard URL
-must be on 127.0.0.1 too (a forward, or the local Ray). The token is never in a URL, a page, a
+must be on 127.0.0.1 too (a forward, or the embedded Ray). The token is never in a URL, a page, a
 log or the terminal; the nonce is, but it is spent by the first browser that opens it, lapses
 after `LIFETIME`, and on Linux is honoured only for a connection of our own user (the uid of
 the peer's socket in /proc/net/tcp): the link reaches the browser on its command line, which

@@ -46,7 +46,7 @@ class State:
 def _adopt_old_tokens(root: Path, secrets: FileSecrets) -> None:
     """orchestrate 0.1.0 kept each token beside its state (clusters/<name>/auth_token,
     local-ray/auth_token). Move them into the SecretStore once, so that clusters (and a kept
-    local Ray) started before an upgrade keep the token they run with."""
+    embedded Ray) started before an upgrade keep the token they run with."""
     old = [(path, cluster_key(path.parent.name))
            for path in (root / "clusters").glob("*/auth_token") if is_valid_name(path.parent.name)]
     old.append((root / "local-ray" / "auth_token", "local-ray"))  # embedded.TOKEN_KEY

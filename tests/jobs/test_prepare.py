@@ -85,4 +85,4 @@ def test_more_than_ray_accepts_is_refused_before_anything_starts(tmp_path, monke
     err = capsys.readouterr().err
     assert code == 1, err  # a problem the user can fix (docs/commands.md: exit codes)
     assert f"{path}:{problem.line}: working_dir: " in err
-    assert "local Ray" not in err and "Traceback" not in err  # refused before any Ray started
+    assert "embedded Ray" not in err and "Traceback" not in err  # refused before any Ray started

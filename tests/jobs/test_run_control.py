@@ -96,7 +96,7 @@ def test_ctrl_c_while_following_leaves_the_job_running(tmp_path):
         message = follower.stderr
         assert f"job {job_id} keeps running" in message
         assert f"orchestrate stop {job_id}" in message
-        assert "orchestrate stop --local-ray" in message
+        assert "orchestrate stop --embedded" in message
         assert "Traceback" not in message
         assert jobs.status(job_id) == "RUNNING"  # the local Ray was kept for it
 

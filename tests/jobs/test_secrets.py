@@ -33,7 +33,7 @@ def test_run_refuses_an_unset_from_env_variable_before_starting_anything(tmp_pat
     assert f"ERROR   {path}:8: runtime_env.env_vars.TOKEN.from_env: DEPLOY_TOKEN is not set in " \
            f"this environment" in err
     assert "Traceback" not in out + err
-    assert "local Ray" not in out + err and "submitted" not in out + err   # nothing was started
+    assert "embedded Ray" not in out + err and "submitted" not in out + err   # nothing was started
 
 
 def test_run_refuses_a_wheel_the_upload_leaves_out(tmp_path, capsys):
@@ -45,7 +45,7 @@ def test_run_refuses_a_wheel_the_upload_leaves_out(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"ERROR   {path}:7: runtime_env.pip[0]: wheels/own-0.1-py3-none-any.whl is left out of " \
            f"the working_dir's upload, so the job cannot install it" in err
-    assert "local Ray" not in err
+    assert "embedded Ray" not in err
 
 
 def test_secret_values_travel_in_a_private_module_that_is_removed_after(tmp_path):

@@ -108,7 +108,7 @@ def test_nothing_listening_fails_before_any_ray_starts(tmp_path, capsys):
     assert main(["run", str(path)]) == 1
     err = capsys.readouterr().err
     assert "does not answer" in err and "tracking_uri" in err and str(path) in err
-    assert "started a local Ray" not in err and "Traceback" not in err
+    assert "started the embedded Ray" not in err and "Traceback" not in err
 
 
 def test_no_uri_anywhere_and_a_scheme_mlflow_does_not_read(tmp_path):
@@ -161,7 +161,7 @@ def test_without_the_mlflow_client_the_error_names_the_pip_install(tmp_path):
     assert "pip install mlflow-skinny" in done.stderr
     assert "pip install 'orchestrate[mlflow]'" in done.stderr
     assert f"{path}:" in done.stderr and "tracking.mlflow" in done.stderr
-    assert "Traceback" not in done.stderr and "local Ray" not in done.stderr
+    assert "Traceback" not in done.stderr and "embedded Ray" not in done.stderr
 
 
 def test_a_port_that_does_not_speak_http_is_a_clear_error(tmp_path):

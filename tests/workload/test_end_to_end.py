@@ -149,4 +149,4 @@ def test_detach_then_stop(local_ray, experiment, tmp_path, capsys):
     assert jobs_client(local_ray)._wait(job_id) == "STOPPED"
     for verb in ("logs", "stop"):   # a job the local Ray does not know
         assert main([verb, "no-such-job"]) == 1
-        assert "ERROR no job 'no-such-job' on the local Ray" in capsys.readouterr().err
+        assert "ERROR no job 'no-such-job' on the embedded Ray" in capsys.readouterr().err

@@ -90,7 +90,7 @@ def test_run_an_experiment_on_the_ssh_cluster(ssh_cluster, shared_dir, tmp_path,
     experiment = write_experiment(tmp_path, shared_dir, ssh_cluster.file, name)
     done = ssh_cluster.cli("run", str(experiment), "--quiet", "--format", "json")
     assert done.returncode == 0, done.stderr
-    assert "local Ray" not in done.stderr  # it went to the cluster, not to an embedded Ray
+    assert "embedded Ray" not in done.stderr  # it went to the cluster, not to an embedded Ray
     assert f"to cluster {ssh_cluster.name}" in done.stderr
     assert "» epoch 1" in done.stderr and "» epoch 2" in done.stderr
 
