@@ -17,10 +17,10 @@ from typing import Any
 
 from ..errors import Problem
 from ..yamlload import Document
-from . import torch, xgboost
+from . import lightgbm, torch, xgboost
 from .base import Trainer
 
-TRAINERS: dict[str, Trainer] = {torch.NAME: torch, xgboost.NAME: xgboost}
+TRAINERS: dict[str, Trainer] = {torch.NAME: torch, xgboost.NAME: xgboost, lightgbm.NAME: lightgbm}
 
 __all__ = ["TRAINERS", "Trainer", "foreign_problems", "get", "names", "owners",
            "schema_properties"]

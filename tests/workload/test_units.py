@@ -112,7 +112,7 @@ def test_the_boosting_trainers_read_columns_once_and_never_cache_by_default(monk
 
     monkeypatch.setattr(data, "check_paths", lambda config: None)
     monkeypatch.setattr(data, "ray_datasets", ray_datasets)
-    for trainer in ("xgboost",):
+    for trainer in ("xgboost", "lightgbm"):
         asked.clear()
         _, job = base.boosting_job({"trainer": trainer, "label_column": "y", "datasets": {},
                                     "train_loop_config": {"epochs": 3}, "tune": None})
