@@ -57,6 +57,9 @@ PREDICT_SUMMARY = "predict_summary.json"    # and DIR/predict_summary.json
 SERVE_IMPORT_PATH = f"{WORKLOAD_MODULE}.serving:build"
 SERVE_DEPLOYMENT = "Predictor"
 
+# `num_boost_round: null` (the boosting trainers, xgboost and lightgbm): this many rounds.
+BOOST_ROUNDS = 10
+
 # Search domains inside `tune.param_space`: one-key mappings, e.g. {loguniform: [1e-4, 1e-2]}.
 # The first take a list of values; the others a [low, high] pair.
 LIST_DOMAINS = ("grid_search", "choice")
@@ -65,7 +68,7 @@ DOMAINS = LIST_DOMAINS + RANGE_DOMAINS
 
 
 class ModelSection(TypedDict):
-    name: str                       # vit | mlp | cnn
+    name: str                       # a built-in model (workload.models.MODELS)
     args: dict[str, Any]
 
 
@@ -117,7 +120,7 @@ class JobConfig(_JobConfigOptional):
     version: int
     workload: str
     name: str
-    trainer: str                    # torch | xgboost
+    trainer: str                    # a registered trainer (orchestrator.trainers)
     model: ModelSection | None
     train_loop: str | None          # "module:function", importable from working_dir
     data_loader: str                # ray_data | torch
@@ -128,8 +131,8 @@ class JobConfig(_JobConfigOptional):
     train_loop_config: dict[str, Any]
     scaling_config: ScalingSection
     run_config: RunSection
-    params: dict[str, Any] | None
-    num_boost_round: int | None
+    params: dict[str, Any] | None   # the boosting trainers' (xgboost, lightgbm) parameters
+    num_boost_round: int | None     # theirs too; None: BOOST_ROUNDS
     tune: TuneSection | None
     resume: bool
 

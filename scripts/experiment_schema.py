@@ -1,35 +1,22 @@
 """The experiment schema, as data. `python scripts/build_schemas.py` writes it to
-schemas/experiment.schema.json (the file editors and CI use)."""
+schemas/experiment.schema.json (the file editors and CI use). The `trainer` enum and the
+trainers' own fields (model, train_loop, data_loader, params, num_boost_round, ...) come from
+the trainer registry (`orchestrator.trainers`)."""
 from __future__ import annotations
+
+from orchestrator import trainers
 
 PREPROCESSORS = [
     "Categorizer", "Chain", "Concatenator", "FeatureHasher", "LabelEncoder", "MaxAbsScaler",
     "MinMaxScaler", "MultiHotEncoder", "Normalizer", "OneHotEncoder", "OrdinalEncoder",
     "PowerTransformer", "RobustScaler", "SimpleImputer", "StandardScaler", "Tokenizer",
 ]
-MODEL_ARGS = {
-    "vit": ["image_size", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
-            "num_classes", "dropout", "attention_dropout", "channels"],
-    "mlp": ["hidden_dims", "num_classes", "dropout"],
-    "cnn": ["image_size", "channels", "num_classes", "width"],
-}
 DATASET_FORMATS = ["parquet", "csv", "json", "numpy", "images"]
 NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
         "x-message": "expected 1-64 letters, digits, '.', '-' or '_' (it names the Ray job "
                      "and the run's folder)"}
 STR_LIST = {"type": "array", "items": {"type": "string"}, "minItems": 1}
 POS_INT = {"type": "integer", "minimum": 1}
-
-
-def _model() -> dict:
-    props = {"name": {"type": "string", "enum": sorted(MODEL_ARGS),
-                      "description": "the built-in model"}}
-    for arg in sorted({a for args in MODEL_ARGS.values() for a in args}):
-        props[arg] = POS_INT
-    props["dropout"] = props["attention_dropout"] = {"type": "number", "minimum": 0, "maximum": 1}
-    props["hidden_dims"] = {"type": "array", "items": POS_INT, "minItems": 1}
-    return {"type": "object", "required": ["name"], "additionalProperties": False,
-            "properties": props}
 
 
 def _preprocessor() -> dict:
@@ -65,14 +52,10 @@ def build() -> dict:
             "name": NAME,
             "cluster": {"type": "string", "minLength": 1,
                         "description": "path to a cluster YAML; omitted: a local Ray on this machine"},
-            "trainer": {"type": "string", "enum": ["torch", "xgboost"]},
-            "model": _model(),
-            "train_loop": {
-                "type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$",
-                "x-message": "expected 'module:function', e.g. 'train:train_loop'"},
+            "trainer": {"type": "string", "enum": trainers.names()},
+            **trainers.schema_properties(),
             "working_dir": {"type": "string", "minLength": 1},
             "runtime_env": runtime_env(),
-            "data_loader": {"type": "string", "enum": ["ray_data", "torch"]},
             "datasets": {
                 "type": "object", "minProperties": 1, "additionalProperties": False,
                 "patternProperties": {"^[A-Za-z][A-Za-z0-9_]*$": {
@@ -118,8 +101,6 @@ def build() -> dict:
                         "properties": {"max_failures": {"type": "integer", "minimum": -1}}},
                 },
             },
-            "params": {"type": "object"},
-            "num_boost_round": POS_INT,
             "tune": {
                 "type": "object", "additionalProperties": False, "required": ["param_space"],
                 "properties": {

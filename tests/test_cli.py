@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import __version__, cli
+from orchestrator import __version__, cli, trainers
 from orchestrator.cli import main
 from orchestrator.language.schema import load_schema
 from orchestrator.providers import PROVIDERS
@@ -26,7 +26,7 @@ def test_every_example_validates(capsys):
     kinds = {"cluster_configs": "cluster", "experiments": "experiment", "services": "service"}
     expected = sorted((str(path), kinds[folder]) for folder in folders
                       for path in (REPO / folder).glob("*.yaml"))
-    assert len(expected) == 15
+    assert len(expected) == 16   # with experiments/lightgbm-breast-cancer.yaml
     assert sorted(re.findall(r"^ok +(\S+) \((\w+)\)$", out, re.MULTILINE)) == expected
     assert err.splitlines()[-1] == f"{len(expected)} file(s) checked"
 
@@ -54,6 +54,11 @@ def test_schemas_are_generated_from_ray_and_the_registry():
     assert result.returncode == 0, result.stderr
     enum = load_schema("cluster")["properties"]["provider"]["properties"]["type"]["enum"]
     assert enum == sorted(PROVIDERS)
+    # the trainer enum and the trainers' fields too (orchestrator.trainers)
+    experiment = load_schema("experiment")["properties"]
+    assert experiment["trainer"]["enum"] == trainers.names()
+    for name, schema in trainers.schema_properties().items():
+        assert experiment[name] == schema, name
 
 
 def test_unexpected_errors_become_exit_3_with_a_log(monkeypatch, capsys):

@@ -4,6 +4,7 @@ is checked as soon as it exists; a module no layer names fails the test too."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "orchestrator"
@@ -11,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "orchestrator"
 # Lowest first. A module may import from its own layer and from any layer below it.
 LAYERS = [
     {"errors", "contract", "util", "yamlload", "output", "actions", "__init__"},
-    {"providers", "state", "workload"},
+    {"providers", "trainers", "state", "workload"},
     {"language"},
     {"render"},
     {"launch"},
@@ -40,9 +41,11 @@ def layer_of(name: str) -> int:
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
-    """(line, imported module) for every import of orchestrator's own modules in `path`."""
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    """(line, imported module) for every import of orchestrator's own modules in `path`;
+    `from pkg import name` names the module pkg.name when there is one."""
+    module = module_name(path)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    submodules = module_names()
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -54,15 +57,20 @@ def imports(path: Path) -> list[tuple[int, str]]:
             else:
                 target = node.module or ""
             if target.startswith("orchestrator"):
-                if target == "orchestrator":  # `from .. import providers`: the names are modules
-                    found += [(node.lineno, f"orchestrator.{a.name}") for a in node.names]
-                else:
-                    found.append((node.lineno, target))
+                # `from .. import providers`, `from . import results`: the names are modules
+                named = [f"{target}.{a.name}" for a in node.names
+                         if f"{target}.{a.name}" in submodules]
+                found += [(node.lineno, name) for name in named] or [(node.lineno, target)]
     return found
 
 
 def modules() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+@functools.cache
+def module_names() -> frozenset[str]:
+    return frozenset(module_name(p) for p in modules())
 
 
 def test_no_import_runs_up_a_layer():
@@ -92,6 +100,12 @@ def test_the_checker_sees_imports_of_every_form():
     assert {"orchestrator.cluster.plan", "orchestrator.render.cluster", "orchestrator.providers",
             "orchestrator.state"} <= set(found)
     assert layer_of("cluster") > layer_of("render") > layer_of("language") > layer_of("providers")
+    # `from .. import card` in a subpackage names the module, not its package
+    fit = {target for _line, target in imports(PACKAGE / "workload" / "train" / "fit.py")}
+    assert {"orchestrator.workload.card", "orchestrator.workload.results",
+            "orchestrator.workload.configs"} <= fit
+    train = {target for _line, target in imports(PACKAGE / "workload" / "train" / "__init__.py")}
+    assert {"orchestrator.workload.data", "orchestrator.workload.train.fit"} <= train
 
 
 def test_no_provider_name_is_compared_outside_the_provider_modules():
@@ -117,7 +131,8 @@ def module_name(path: Path) -> str:
 
 def import_graph() -> dict[str, set[str]]:
     """Module -> the modules of orchestrate it imports, at the top or inside a function alike
-    (an import moved into a function to dodge a circle is still the circle)."""
+    (an import moved into a function to dodge a circle is still the circle), and the packages
+    those lie in (importing `a.b.c` runs `a/b/__init__.py` first), but for its own."""
     paths = modules()
     names = {module_name(p) for p in paths}
     graph: dict[str, set[str]] = {}
@@ -128,8 +143,10 @@ def import_graph() -> dict[str, set[str]]:
             target = imported
             while target not in names and "." in target:  # `from .m import Name`: the module
                 target = target.rsplit(".", 1)[0]
-            if target != name:
-                targets.add(target)
+            parts = target.split(".")
+            packages = {".".join(parts[:i]) for i in range(2, len(parts))}
+            targets |= {t for t in {target, *packages}
+                        if t in names and t != name and not name.startswith(t + ".")}
         graph[name] = targets
     return graph
 

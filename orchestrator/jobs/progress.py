@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from .. import contract
+from .. import contract, trainers
 
 VERBOSE, LINES, LIVE = "verbose", "lines", "live"
 SHOWN = ("loss", "accuracy", "train_loss")   # first in an epoch's line, when reported
@@ -24,12 +24,7 @@ FINISHED = ("TERMINATED", "ERROR")
 
 def total_epochs(config: Mapping[str, Any]) -> int | None:
     """How many epochs (boosting rounds) each run or trial reports, when the config says."""
-    if config.get("trainer") == "xgboost":
-        return int(config.get("num_boost_round") or 10)
-    epochs = (config.get("train_loop_config") or {}).get("epochs")
-    if isinstance(epochs, int):
-        return epochs
-    return None if config.get("train_loop") else 1   # the built-in loop's default
+    return trainers.get(config["trainer"]).total_epochs(config)
 
 
 def clock(seconds: float) -> str:

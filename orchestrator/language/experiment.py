@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import trainers
 from ..contract import DOMAINS, LIST_DOMAINS
 from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
@@ -20,12 +21,6 @@ from .environment import Environment
 from .paths import holds, local
 from .schema import schema_problems
 
-MODEL_ARGS = {
-    "vit": ("image_size", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
-            "num_classes", "dropout", "attention_dropout", "channels"),
-    "mlp": ("hidden_dims", "num_classes", "dropout"),
-    "cnn": ("image_size", "channels", "num_classes", "width"),
-}
 TUNABLE_SECTIONS = ("train_loop_config", "params", "num_boost_round", "scaling_config")
 # Scalers without `columns` apply to every feature column; these need them named.
 NEEDS_COLUMNS = {"Categorizer", "OneHotEncoder", "OrdinalEncoder", "MultiHotEncoder", "Tokenizer",
@@ -44,53 +39,9 @@ class ExperimentSpec:
     environment: Environment = field(default_factory=Environment)  # runtime_env: pip, env_vars
 
 
-def _model_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
-    model = data.get("model")
-    if not model:
-        return []
-    allowed = MODEL_ARGS[model["name"]]
-    problems = [
-        doc.problem(("model", key), f"'{key}' is not an argument of model '{model['name']}'",
-                    did_you_mean(key, allowed) or "arguments: " + ", ".join(allowed))
-        for key in model if key != "name" and key not in allowed
-    ]
-    if model["name"] == "vit":
-        if model.get("hidden_dim") and model.get("num_heads") and model["hidden_dim"] % model["num_heads"]:
-            problems.append(doc.problem(("model", "hidden_dim"),
-                                        f"hidden_dim ({model['hidden_dim']}) must be divisible by "
-                                        f"num_heads ({model['num_heads']})"))
-        if model.get("image_size") and model.get("patch_size") and model["image_size"] % model["patch_size"]:
-            problems.append(doc.problem(("model", "patch_size"),
-                                        f"image_size ({model['image_size']}) must be divisible by "
-                                        f"patch_size ({model['patch_size']})"))
-    return problems
-
-
 def _trainer_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
-    problems = []
-    if data["trainer"] == "torch":
-        if "model" in data and "train_loop" in data:
-            problems.append(doc.problem(("train_loop",), "give either 'model' or 'train_loop', not both"))
-        if "model" not in data and "train_loop" not in data:
-            problems.append(doc.problem(("model",), "a torch experiment needs 'model' (a built-in model) "
-                                        "or 'train_loop' (your own 'module:function')"))
-        if "model" in data and "train" not in (data.get("datasets") or {}):
-            problems.append(doc.problem(("datasets",), "a built-in model needs a 'train' dataset"))
-        for key in ("params", "num_boost_round"):
-            if key in data:
-                problems.append(doc.problem((key,), f"'{key}' applies to trainer: xgboost only"))
-    else:
-        for key in ("model", "train_loop", "data_loader"):
-            if key in data:
-                problems.append(doc.problem((key,), f"'{key}' applies to trainer: torch only"))
-        if "label_column" not in data:
-            problems.append(doc.problem(("label_column",), "trainer xgboost needs 'label_column'"))
-        if "train" not in (data.get("datasets") or {}):
-            problems.append(doc.problem(("datasets",), "trainer xgboost needs a 'train' dataset"))
-    if data.get("data_loader") == "torch" and "train_loop" in data:
-        problems.append(doc.problem(("data_loader",), "data_loader applies to built-in models; your "
-                                    "train_loop reads its own data"))
-    return problems
+    """The trainer's own checks (`orchestrator.trainers`), and fields only other trainers take."""
+    return trainers.get(data["trainer"]).problems(doc, data) + trainers.foreign_problems(doc, data)
 
 
 def _preprocessor_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
@@ -192,7 +143,7 @@ def build_experiment(doc: Document, path: Path, *, here: bool = True) -> Experim
         raise SpecError(problems)
     data, base = doc.data, path.resolve().parent
     working_dir = local(base, data.get("working_dir", "."))
-    problems += _model_problems(doc, data) + _trainer_problems(doc, data)
+    problems += _trainer_problems(doc, data)
     problems += _preprocessor_problems(doc, data) + _tune_problems(doc, data)
     problems += _path_problems(doc, data, base, working_dir)
     problems += environment.problems(doc, base, working_dir, remote="cluster" in data)

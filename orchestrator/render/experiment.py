@@ -15,9 +15,9 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
-from .. import contract
+from .. import contract, trainers
 from ..contract import (
     DatasetSection,
     JobConfig,
@@ -72,7 +72,6 @@ def resolve_config(spec: ExperimentSpec,
     """`environ`: where MLFLOW_TRACKING_URI is read when `tracking.mlflow` names no URI (this
     process's environment if not given)."""
     data, base = spec.document, spec.path.resolve().parent
-    model = data.get("model")
     run: RunSection = {}
     if data.get("run_config"):
         run.update(data["run_config"])  # the schema allows RunSection's keys only
@@ -98,12 +97,11 @@ def resolve_config(spec: ExperimentSpec,
         "workload": "train",
         "name": spec.name,
         "trainer": spec.trainer,
-        "model": ({"name": model["name"], "args": {k: v for k, v in model.items() if k != "name"}}
-                  if model else None),
+        "model": data.get("model"),
         "train_loop": data.get("train_loop"),
         "data_loader": data.get("data_loader", "ray_data"),
         "datasets": datasets,
-        "label_column": data.get("label_column", "label" if model else None),
+        "label_column": data.get("label_column"),
         "feature_columns": data.get("feature_columns"),
         "preprocessors": data.get("preprocessors") or [],
         "train_loop_config": data.get("train_loop_config") or {},
@@ -114,6 +112,8 @@ def resolve_config(spec: ExperimentSpec,
         "tune": tune,
         "resume": False,
     }
+    # what the trainer interprets (the built-in model's arguments, a default label column)
+    config = cast(JobConfig, {**config, **trainers.get(spec.trainer).job_fields(data)})
     tracked = tracking(spec, os.environ if environ is None else environ)
     if tracked is not None:   # absent otherwise: an untracked job's id is as it was before
         config["tracking"] = tracked

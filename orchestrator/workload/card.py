@@ -17,13 +17,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..contract import CARD_VERSION, MODEL_CARD, PREPROCESSOR_FILE, RESULTS_FOLDER, JobConfig
-from . import results
+from . import storage, trainers
+from .configs import best_from_history, checkpoint_section
 from .data import Prepared
-from .models import DEFAULT_CLASSES
-from .train.configs import best_from_history, checkpoint_section
 
 METADATA_KEY = "orchestrate_run"  # in each checkpoint's metadata: the run folder it belongs to
-MODEL_FILES = ("model.pt", "model.ubj")  # the torch loop's and Ray's XGBoost callback's
+MODEL_FILES = tuple(t.CHECKPOINT_FILE for t in trainers.JOB_TRAINERS.values())  # each trainer's
 
 
 class CardError(ValueError):
@@ -32,20 +31,10 @@ class CardError(ValueError):
 
 def class_names(config: JobConfig) -> list[Any] | None:
     """The classes the model can answer (indices, as it was trained on), None for regression."""
-    if config.get("trainer") == "xgboost":
-        params = config.get("params") or {}
-        objective = str(params.get("objective", "reg:squarederror"))
-        if objective.startswith("binary:"):
-            return [0, 1]
-        if objective.startswith("multi:"):
-            return list(range(int(params.get("num_class", 2))))
-        return None
-    model = config.get("model") or {"name": "", "args": {}}
-    count = (model.get("args") or {}).get("num_classes", DEFAULT_CLASSES.get(model["name"], 2))
-    return list(range(int(count)))
+    return trainers.get(config["trainer"]).class_names(config)
 
 
-def make_card(config: JobConfig, prepared: Prepared, *, image: bool,
+def make_card(config: JobConfig, prepared: Prepared, *,
               preprocessor_encoding: str | None) -> dict[str, Any]:
     """`prepared.columns`: the train split as read; `prepared.features`: after the
     preprocessor, in model order."""
@@ -58,10 +47,10 @@ def make_card(config: JobConfig, prepared: Prepared, *, image: bool,
     return {
         "format_version": CARD_VERSION,
         "experiment": config["name"],
-        "trainer": config.get("trainer", "torch"),
+        "trainer": config["trainer"],
         "model": config.get("model"),
         "input_dim": prepared.input_dim,
-        "image": image,
+        "image": prepared.image,
         "label_column": label,
         "required_columns": required,
         "features": prepared.features,
@@ -73,18 +62,18 @@ def make_card(config: JobConfig, prepared: Prepared, *, image: bool,
     }
 
 
-def save(run_uri: str, config: JobConfig, prepared: Prepared, *, image: bool) -> None:
+def save(run_uri: str, config: JobConfig, prepared: Prepared) -> None:
     """Write the card and the fitted preprocessor (serialized once) into the run's results
     folder."""
-    folder = results.join(run_uri, RESULTS_FOLDER)
+    folder = storage.join(run_uri, RESULTS_FOLDER)
     encoding = None
     if prepared.preprocessor is not None:
         data = prepared.preprocessor.serialize()
         encoding = "text" if isinstance(data, str) else "bytes"
-        results.write_bytes(results.join(folder, PREPROCESSOR_FILE),
+        storage.write_bytes(storage.join(folder, PREPROCESSOR_FILE),
                             data.encode() if isinstance(data, str) else data)
-    card = make_card(config, prepared, image=image, preprocessor_encoding=encoding)
-    results.write_bytes(results.join(folder, MODEL_CARD), json.dumps(card, indent=2).encode())
+    card = make_card(config, prepared, preprocessor_encoding=encoding)
+    storage.write_bytes(storage.join(folder, MODEL_CARD), json.dumps(card, indent=2).encode())
 
 
 def mark_checkpoint(checkpoint: Any, run_uri: str) -> None:
@@ -104,23 +93,23 @@ def locate(path: str, which: str) -> str:
     """The checkpoint to predict with: `path` itself when it is a checkpoint, else the `best`
     (by the run's checkpoint score; the run's summary says which for a Tune sweep) or `latest`
     checkpoint of the run folder `path`."""
-    own = results.join(path, RESULTS_FOLDER)
-    if any(results.exists(results.join(path, name)) for name in (*MODEL_FILES, ".metadata.json")):
+    own = storage.join(path, RESULTS_FOLDER)
+    if any(storage.exists(storage.join(path, name)) for name in (*MODEL_FILES, ".metadata.json")):
         return path
-    if not results.exists(own):
+    if not storage.exists(own):
         raise CardError(f"{path} is neither a run folder (with {RESULTS_FOLDER}/ inside) nor a "
                         f"checkpoint (with {' or '.join(MODEL_FILES)})")
-    history = results.read_history(path)
-    summary = _json(results.join(own, "summary.json")) or {}
+    history = storage.read_history(path)
+    summary = _json(storage.join(own, "summary.json")) or {}
     if which == "best" and summary.get("best_checkpoint") and \
-            results.exists(str(summary["best_checkpoint"])):
+            storage.exists(str(summary["best_checkpoint"])):
         return str(summary["best_checkpoint"])
-    kept = [r["checkpoint"] for r in history if r.get("checkpoint") and results.exists(r["checkpoint"])]
+    kept = [r["checkpoint"] for r in history if r.get("checkpoint") and storage.exists(r["checkpoint"])]
     if not kept:
         raise CardError(f"the run {path} has no checkpoint to predict with")
     if which == "latest":
         return cast(str, kept[-1])
-    card = _json(results.join(own, MODEL_CARD)) or {}
+    card = _json(storage.join(own, MODEL_CARD)) or {}
     return best_from_history(history, card.get("checkpoint_config") or {}) or cast(str, kept[-1])
 
 
@@ -132,7 +121,7 @@ def load(checkpoint_uri: str) -> Loaded:
     candidates = [run] if run else []
     candidates.append(checkpoint_uri.rstrip("/").rsplit("/", 1)[0])
     for run_uri in candidates:
-        card = _json(results.join(run_uri, RESULTS_FOLDER, MODEL_CARD))
+        card = _json(storage.join(run_uri, RESULTS_FOLDER, MODEL_CARD))
         if card is not None:
             return Loaded(card, _preprocessor(run_uri, card), checkpoint_uri, run_uri)
     raise CardError(f"the checkpoint {checkpoint_uri} has no model card ({MODEL_CARD}) in its "
@@ -144,7 +133,7 @@ def _preprocessor(run_uri: str, card: dict[str, Any]) -> Any:
     encoding = card.get("preprocessor")
     if not encoding:
         return None
-    data = results.read_bytes(results.join(run_uri, RESULTS_FOLDER, PREPROCESSOR_FILE))
+    data = storage.read_bytes(storage.join(run_uri, RESULTS_FOLDER, PREPROCESSOR_FILE))
     if data is None:
         raise CardError(f"the run {run_uri} has a model card but lost its fitted preprocessor "
                         f"({PREPROCESSOR_FILE})")
@@ -154,7 +143,7 @@ def _preprocessor(run_uri: str, card: dict[str, Any]) -> Any:
 
 
 def _json(uri: str) -> dict[str, Any] | None:
-    data = results.read_bytes(uri)
+    data = storage.read_bytes(uri)
     if data is None:
         return None
     try:

@@ -106,10 +106,14 @@ class Prepared:
     columns: list[str]             # the train split's columns as read
     features: list[str]            # what the model takes, after the preprocessor, in order
     input_dim: int | None          # the feature count a built-in tabular model was built for
+    image: bool = False            # the model takes images (`IMAGE`), not tabular features
 
 
-def ray_datasets(config: JobConfig, image: bool) -> Prepared:
-    """Read, fit preprocessors on train, transform every split, cache what fits (see `cache`)."""
+def ray_datasets(config: JobConfig, *, image: bool, vector: bool, cache_auto: bool) -> Prepared:
+    """Read, fit preprocessors on train, transform every split, cache what fits (see `cache`).
+    The trainer says how its model takes the data: `image`s, or tabular features as one
+    float32 `vector` column (`FEATURES`) or as columns; `cache_auto`: whether `cache: auto`
+    splits may be cached (`cache_by_default`)."""
     datasets = {name: read(spec) for name, spec in config["datasets"].items()}
     columns = list(datasets["train"].schema().names)
     preprocessor = fit_preprocessor(config, datasets["train"])
@@ -120,7 +124,7 @@ def ray_datasets(config: JobConfig, image: bool) -> Prepared:
     if image:
         datasets = {k: v.map_batches(normalize_images, batch_format="numpy")
                     for k, v in datasets.items()}
-    elif config.get("trainer") != "xgboost" and not config.get("train_loop"):
+    elif vector:
         import numpy as np
         from ray.data.preprocessors import Concatenator
 
@@ -128,7 +132,8 @@ def ray_datasets(config: JobConfig, image: bool) -> Prepared:
                               dtype=np.float32)  # type: ignore[arg-type]  # as in Ray's own docs
         datasets = {k: concat.transform(v) for k, v in datasets.items()}
         input_dim = len(features)
-    return Prepared(cache(config, datasets, image), preprocessor, columns, features, input_dim)
+    return Prepared(cache(config, datasets, image, cache_auto), preprocessor, columns, features,
+                    input_dim, image)
 
 
 # `cache: auto` estimates a split's size in memory from its files: Ray's own default guess for
@@ -138,13 +143,14 @@ IMAGE_EXPANSION = 4.0
 CACHE_SHARE = 0.25  # of the cluster's object store, for all cached splits together
 
 
-def cache(config: JobConfig, datasets: dict[str, Any], image: bool) -> dict[str, Any]:
+def cache(config: JobConfig, datasets: dict[str, Any], image: bool,
+          cache_auto: bool) -> dict[str, Any]:
     """Materialise the preprocessed splits `choose_cache` picks in Ray's object store, so later
     epochs neither read nor preprocess them again (Ray Train's data guide recommends this for
     data that fits in the object store)."""
     specs = config["datasets"]
     auto = [name for name in datasets if specs[name].get("cache", "auto") == "auto"] \
-        if cache_by_default(config) else []
+        if cache_auto else []
     estimates = {name: estimated_bytes(specs[name], image) for name in auto}
     choices = choose_cache(config, estimates, object_store_bytes() if auto else 0.0)
     for name, (_, why) in choices.items():
@@ -155,11 +161,11 @@ def cache(config: JobConfig, datasets: dict[str, Any], image: bool) -> dict[str,
 
 
 def cache_by_default(config: JobConfig) -> bool:
-    """`cache: auto` may cache: a torch run of more than one epoch that is not a Tune trial
-    (concurrent trials would each hold a copy). XGBoost reads its data once."""
+    """`cache: auto` may cache: a run of more than one epoch that is not a Tune trial
+    (concurrent trials would each hold a copy). The torch trainer asks this; the boosting
+    trainers read their data once and never cache by default."""
     epochs = (config.get("train_loop_config") or {}).get("epochs", 1)
-    return config.get("trainer") != "xgboost" and not config.get("tune") and \
-        isinstance(epochs, int) and epochs > 1
+    return not config.get("tune") and isinstance(epochs, int) and epochs > 1
 
 
 def choose_cache(config: JobConfig, estimates: dict[str, float | None],

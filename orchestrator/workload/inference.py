@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from . import data
+from . import trainers
 from .card import Loaded
-from .models import build_model
 
 PREDICTION = "prediction"
 PROBABILITY = "probability_"
@@ -32,12 +31,8 @@ class Predictor:
                  use_gpu: bool = False) -> None:
         self.card, self.preprocessor = loaded.card, loaded.preprocessor
         self.keep, self.evaluate = list(keep or []), evaluate
-        self.xgboost = self.card["trainer"] == "xgboost"
-        self.device = "cpu"
-        if self.xgboost:
-            self.model = _booster(loaded.checkpoint)
-        else:
-            self.model, self.device = _torch_model(loaded, use_gpu)
+        # the model's trainer loads it, as a function of a batch (`trainers.JobTrainer.load`)
+        self.scores = trainers.get(self.card["trainer"]).load(loaded.checkpoint, self.card, use_gpu)
 
     def __call__(self, batch: Any) -> Any:
         import numpy as np
@@ -48,7 +43,7 @@ class Predictor:
         if self.preprocessor is not None:
             batch = self.preprocessor.transform_batch(frame if frame is not None else pd.DataFrame(
                 {k: list(v) if np.ndim(v) > 1 else v for k, v in batch.items()}))
-        scores = self._scores(batch)  # (n, classes) probabilities, (n,) values or class indices
+        scores = self.scores(batch)  # (n, classes) probabilities, (n,) values or class indices
         names = self.card.get("class_names")
         if names is None:
             out[PREDICTION] = scores.astype(np.float64)
@@ -62,24 +57,6 @@ class Predictor:
             out.update(self._evaluation(np.asarray(batch[self.card["label_column"]]), scores, out))
         return pd.DataFrame(out) if frame is not None else out
 
-    def _scores(self, batch: Any) -> Any:
-        import numpy as np
-
-        if self.xgboost:
-            return _xgboost_scores(self.model, self.card, batch)
-        import torch
-
-        features = self.card["features"]
-        if self.card["image"]:
-            x = data.normalize_images({data.IMAGE: data.image_array(batch[data.IMAGE])})[data.IMAGE]
-        else:
-            x = np.column_stack([np.asarray(batch[c], dtype=np.float32) for c in features])
-        with torch.inference_mode():
-            logits = self.model(torch.as_tensor(np.ascontiguousarray(x)).to(self.device))
-            if self.card.get("class_names") is None:
-                return logits.squeeze(-1).cpu().numpy()
-            return torch.softmax(logits.float(), dim=1).cpu().numpy()
-
     def _evaluation(self, labels: Any, scores: Any, out: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
 
@@ -92,44 +69,6 @@ class Predictor:
             picked = scores[rows, [index[v.item() if hasattr(v, "item") else v] for v in labels]]
             result[LOSS] = -np.log(np.clip(picked.astype(np.float64), 1e-15, 1.0))
         return result
-
-
-def _torch_model(loaded: Loaded, use_gpu: bool) -> tuple[Any, str]:
-    import os
-
-    import torch
-
-    card = loaded.card
-    device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
-    model = build_model(card["model"], card.get("input_dim"))
-    from ray.train import Checkpoint
-
-    with Checkpoint(loaded.checkpoint).as_directory() as folder:
-        state = torch.load(os.path.join(folder, "model.pt"), map_location=device)
-    model.load_state_dict(state)
-    return model.to(device).eval(), device
-
-
-def _booster(checkpoint: str) -> Any:
-    from ray.train import Checkpoint
-    from ray.train.xgboost import RayTrainReportCallback
-
-    return RayTrainReportCallback.get_model(Checkpoint(checkpoint))
-
-
-def _xgboost_scores(booster: Any, card: dict[str, Any], batch: Any) -> Any:
-    import numpy as np
-    import pandas as pd
-    import xgboost
-
-    frame = pd.DataFrame({c: np.asarray(batch[c]) for c in card["features"]})
-    raw = booster.predict(xgboost.DMatrix(frame))
-    objective = str(card.get("objective") or "")
-    if objective == "binary:logitraw":
-        raw = 1.0 / (1.0 + np.exp(-raw))
-    if objective.startswith("binary:") and raw.ndim == 1:
-        return np.column_stack([1.0 - raw, raw])
-    return raw
 
 
 def summary_metrics(card: dict[str, Any], means: dict[str, float | None]) -> dict[str, float]:

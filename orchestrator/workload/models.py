@@ -5,25 +5,28 @@ state dict moves between the two.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from ..contract import ModelSection
 
-DEFAULT_CLASSES = {"vit": 1000, "mlp": 2, "cnn": 10}  # each model's num_classes default, below
-
 
 def build_model(model: ModelSection, input_dim: int | None = None) -> Any:
     """`model` is the config's `{name, args}`; `input_dim` is the feature count for tabular data."""
-    builders = {"vit": _vit, "mlp": _mlp, "cnn": _cnn}
     name = model.get("name")
-    if name not in builders:
-        raise ValueError(f"unknown model {name!r}; built-in models: {', '.join(builders)}")
-    return builders[name](dict(model.get("args") or {}), input_dim)
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; built-in models: {', '.join(MODELS)}")
+    return MODELS[name].build(dict(model.get("args") or {}), input_dim)
 
 
 def is_image_model(model: ModelSection | None) -> bool:
-    return bool(model and model.get("name") in ("vit", "cnn"))
+    return bool(model and model.get("name") in MODELS and MODELS[model["name"]].image)
+
+
+def default_classes(name: str) -> int:
+    """The model's `num_classes` when its args give none (2 for an unknown name)."""
+    return MODELS[name].classes if name in MODELS else 2
 
 
 def _vit(args: dict[str, Any], _input_dim: int | None) -> Any:
@@ -38,6 +41,27 @@ def _mlp(args: dict[str, Any], input_dim: int | None) -> Any:
     if input_dim is None:
         raise ValueError("the mlp model needs tabular features")
     return _classes()["MLP"](input_dim=input_dim, **args)
+
+
+@dataclass(frozen=True)
+class BuiltIn:
+    """A built-in model: the arguments `model:` may give it (the experiment schema and the
+    torch trainer's checks read them here), its `num_classes` default, whether it takes
+    images, and how it is built."""
+    args: tuple[str, ...]
+    classes: int
+    image: bool
+    build: Callable[[dict[str, Any], int | None], Any]
+
+
+# The one table of built-in models (`model.name`).
+MODELS: dict[str, BuiltIn] = {
+    "vit": BuiltIn(("image_size", "patch_size", "num_layers", "num_heads", "hidden_dim",
+                    "mlp_dim", "num_classes", "dropout", "attention_dropout", "channels"),
+                   1000, True, _vit),
+    "mlp": BuiltIn(("hidden_dims", "num_classes", "dropout"), 2, False, _mlp),
+    "cnn": BuiltIn(("image_size", "channels", "num_classes", "width"), 10, True, _cnn),
+}
 
 
 _CACHE: dict[str, type[Any]] = {}  # name -> torch.nn.Module subclass

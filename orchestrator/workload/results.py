@@ -1,66 +1,25 @@
 """What a run leaves behind: metrics history (JSON + CSV), a PNG plot, a summary, a log line.
 
-Everything goes to `<storage_path>/<run name>/orchestrate/` through pyarrow's filesystems, so it
-works the same for local paths and s3:// or gs:// storage. The last line of the job's log is
+Everything goes to `<storage_path>/<run name>/orchestrate/` through pyarrow's filesystems
+(`storage`, whose functions this module hands on to its readers), so it works the same for local
+paths and s3:// or gs:// storage. The last line of the job's log is
 `ORCHESTRATE_RESULT {json}`, so the client gets the results even when it cannot read the storage.
 """
 from __future__ import annotations
 
 import io
 import json
-import os
-from typing import Any, cast
+from typing import Any
 
 from ..contract import RESULTS_FOLDER as FOLDER
-from ..contract import JobConfig, epoch_line, result_line
-from ..util.uris import is_uri
+from ..contract import epoch_line, result_line
+from . import tracking
+from .card import mark_checkpoint
+from .storage import exists, join, read_bytes, read_history, storage_root, write_bytes
 
-
-def storage_root(config: JobConfig) -> str:
-    path = (config.get("run_config") or {}).get("storage_path") or "~/ray_results"
-    return path if is_uri(path) else os.path.abspath(os.path.expanduser(path))
-
-
-def join(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *parts])
-
-
-def _fs(uri: str) -> tuple[Any, str]:
-    """(pyarrow FileSystem, path in it)."""
-    import pyarrow.fs
-
-    fs, path = pyarrow.fs.FileSystem.from_uri(uri)
-    return fs, path
-
-
-def write_bytes(uri: str, data: bytes) -> None:
-    fs, path = _fs(uri)
-    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    with fs.open_output_stream(path) as stream:
-        stream.write(data)
-
-
-def read_bytes(uri: str) -> bytes | None:
-    import pyarrow
-
-    try:
-        fs, path = _fs(uri)
-        with fs.open_input_stream(path) as stream:
-            return cast(bytes, stream.read())  # pyarrow is untyped
-    except (OSError, pyarrow.ArrowException):
-        return None
-
-
-def exists(uri: str) -> bool:
-    import pyarrow.fs
-
-    fs, path = _fs(uri)
-    return cast(bool, fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound)  # pyarrow is untyped
-
-
-def read_history(run_uri: str) -> list[dict[str, Any]]:
-    data = read_bytes(join(run_uri, FOLDER, "metrics.json"))
-    return json.loads(data) if data else []
+# The run's files, for the modules (and `orchestrate results`) that read them through here.
+__all__ = ["exists", "finish", "join", "make_history_callback", "overlay", "plot", "read_bytes",
+           "read_history", "storage_root", "write_bytes"]
 
 
 def make_history_callback(run_uri: str, trial: str | None = None) -> Any:
@@ -78,8 +37,6 @@ def make_history_callback(run_uri: str, trial: str | None = None) -> Any:
                 self.history = read_history(run_uri)
             row = {k: v for k, v in (metrics[0] if metrics else {}).items() if _scalar(v)}
             if checkpoint is not None:
-                from .card import mark_checkpoint
-
                 mark_checkpoint(checkpoint, run_uri)
                 row["checkpoint"] = checkpoint.path
             self.history.append(row)
@@ -107,15 +64,15 @@ def to_csv(history: list[dict[str, Any]]) -> bytes:
 
 
 def curve_keys(history: list[dict[str, Any]]) -> list[str]:
-    """The metrics worth a curve: loss and accuracy, or XGBoost's per-round metrics."""
+    """The metrics worth a curve: loss and accuracy, or the boosting trainers' per-round metrics."""
     keys = [k for k in ("loss", "train_loss", "accuracy") if any(k in r for r in history)]
-    if not keys and history:  # XGBoost reports e.g. train-logloss, valid-error
+    if not keys and history:  # e.g. XGBoost's train-logloss, LightGBM's valid-binary_error
         keys = [k for k in history[0] if k.endswith(("logloss", "error", "rmse"))]
     return keys
 
 
 def steps(history: list[dict[str, Any]]) -> list[int]:
-    """Each row's epoch (XGBoost's rows: the boosting round, counted from 1)."""
+    """Each row's epoch (the boosting trainers' rows: the round, counted from 1)."""
     return [int(r.get("epoch", i + 1)) for i, r in enumerate(history)]
 
 
@@ -182,9 +139,7 @@ def finish(run_uri: str, summary: dict[str, Any], history: list[dict[str, Any]],
     folder = join(run_uri, FOLDER)
     summary = dict(summary, run_path=run_uri, history=join(folder, "metrics.json"))
     if config is not None:
-        from .tracking import params
-
-        summary["params"] = params(config)
+        summary["params"] = tracking.params(config)
     if history:
         write_bytes(join(folder, "metrics.json"), json.dumps(history).encode())
         write_bytes(join(folder, "metrics.csv"), to_csv(history))
@@ -203,8 +158,6 @@ def finish(run_uri: str, summary: dict[str, Any], history: list[dict[str, Any]],
 def _track(tracked: Any, summary: dict[str, Any], config: Any, png: bytes | None,
            epochs: int) -> dict[str, Any]:
     """Finish the MLflow run; what the summary says of it (with the error if that failed)."""
-    from . import tracking
-
     said = {"tracking_uri": tracking.public_uri(tracked.tracking_uri),
             "experiment_id": tracked.experiment_id, "run_id": tracked.run_id}
     files = {"summary.json": json.dumps(summary, indent=2, default=str).encode(),

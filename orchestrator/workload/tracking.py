@@ -32,6 +32,7 @@ from typing import Any
 
 from ..contract import MLFLOW_RUN_FILE, RESULTS_FOLDER, JobConfig, TrackingSection
 from ..util.text import flatten
+from . import storage
 
 MISSING = ("tracking.mlflow needs MLflow's client in the job's Python ({python}): pip install "
            "mlflow-skinny (with orchestrate: pip install 'orchestrate[mlflow]'), or list "
@@ -138,9 +139,7 @@ def start(config: JobConfig, run_name: str, run_uri: str, *, parent: Run | None 
     values = [Param(k, _text(v)) for k, v in {**params(config), **(extra_params or {})}.items()]
     for index in range(0, len(values), 100):  # MLflow's limit per batch
         mlflow.log_batch(run.run_id, params=values[index:index + 100])
-    from . import results
-
-    results.write_bytes(results.join(run_uri, RESULTS_FOLDER, MLFLOW_RUN_FILE),
+    storage.write_bytes(storage.join(run_uri, RESULTS_FOLDER, MLFLOW_RUN_FILE),
                         json.dumps(dataclasses.asdict(run)).encode())
     return _opened(run)
 
@@ -167,9 +166,7 @@ def _experiment(mlflow: Any, name: str) -> str:
 
 
 def _recorded(run_uri: str) -> Run | None:
-    from . import results
-
-    data = results.read_bytes(results.join(run_uri, RESULTS_FOLDER, MLFLOW_RUN_FILE))
+    data = storage.read_bytes(storage.join(run_uri, RESULTS_FOLDER, MLFLOW_RUN_FILE))
     try:
         return Run(**json.loads(data)) if data else None
     except (ValueError, TypeError):
@@ -215,10 +212,8 @@ def following(run: Run | None, run_uri: str) -> Iterator[None]:
 
 class _Follower:
     def __init__(self, run: Run, run_uri: str) -> None:
-        from .results import read_history
-
         self.run, self.run_uri = run, run_uri
-        self.logged = len(read_history(run_uri))   # a resumed run logged its earlier epochs
+        self.logged = len(storage.read_history(run_uri))   # a resumed run logged its earlier epochs
         self.failed = False
         self.stop = threading.Event()
 
@@ -229,12 +224,10 @@ class _Follower:
     def poll(self) -> None:
         """Log the rows not logged yet; on MLflow's failure say so once and stop logging (the
         training goes on)."""
-        from .results import read_history
-
         if self.failed:
             return
         try:
-            history = read_history(self.run_uri)
+            history = storage.read_history(self.run_uri)
         except ValueError:   # caught while the controller rewrites it: the next poll reads it
             return
         for index in range(self.logged, len(history)):

@@ -47,7 +47,7 @@ CASES = {
     "provider-type-list.yaml": (3, "provider.type", "expected a string, got a list"),
     "shorthand-and-node-types.yaml": (4, "available_node_types", "not both"),
     "unknown-kind.yaml": (1, "", "cannot tell what this file is"),
-    "exp-unknown-trainer.yaml": (2, "trainer", "expected one of: torch, xgboost; got string 'pytorch' (did you mean 'torch'?)"),
+    "exp-unknown-trainer.yaml": (2, "trainer", "expected one of: lightgbm, torch, xgboost; got string 'pytorch' (did you mean 'torch'?)"),
     "exp-model-arg-typo.yaml": (3, "model.patch_sise", "unknown key 'patch_sise' (did you mean 'patch_size'?)"),
     "exp-vit-heads.yaml": (3, "model.hidden_dim", "hidden_dim (100) must be divisible by num_heads (8)"),
     "exp-model-and-loop.yaml": (4, "train_loop", "either 'model' or 'train_loop', not both"),

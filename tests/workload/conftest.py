@@ -4,9 +4,10 @@ MLflow tracking server, and runs trained once for the whole session.
     data_dir       (session) the data: images/{train,valid} (CIFAR-10 layout parquet), a CSV
     experiment     experiment(name, **document) -> a file in the test's folder, beside data/
     mlflow_server  (session) `mlflow server` on loopback: (url, its folder)
-    trained        (session) trained.mlp, trained.xgboost: a run of each, trained on the
-                   shared Ray the first time a test asks for it; predict, serve, tracking and
-                   comparison tests read them instead of training their own
+    trained        (session) trained.mlp, trained.xgboost, trained.lightgbm (a Tune sweep): a
+                   run of each, trained on the shared Ray the first time a test asks for it;
+                   predict, serve, tracking and comparison tests read them instead of training
+                   their own
 """
 from __future__ import annotations
 
@@ -208,6 +209,26 @@ class TrainedRuns:
                     "max_depth": 3},
             num_boost_round=5, scaling_config=TWO_WORKERS,
             tracking={"mlflow": {"tracking_uri": "mlruns", "log_artifacts": False}})
+
+
+    @property
+    def lightgbm(self) -> Trained:
+        """LightGBM on the CSV as a Tune sweep of 2 trials (num_leaves 4 and 8) side by side,
+        each 2 workers training data-parallel for 5 rounds, two columns scaled, the trainer's default metric
+        (the first of params.metric, on valid); tracked in a file store (`mlruns` beside the
+        file). One run proves train, tune and tracking; predict and serve use its best
+        checkpoint."""
+        return self._train(
+            "lgbm", ("--quiet",), trainer="lightgbm", datasets=TABLE, label_column="target",
+            preprocessors=[{"type": "StandardScaler", "columns": ["mean radius", "mean texture"]}],
+            params={"objective": "binary", "metric": ["binary_logloss", "binary_error"],
+                    "min_data_in_leaf": 5},
+            num_boost_round=5,
+            # half a CPU per worker: the two trials train side by side on the 4-CPU Ray, with
+            # CPUs left for Ray Data's reads
+            scaling_config={"num_workers": 2, "resources_per_worker": {"CPU": 0.5}},
+            tune={"param_space": {"params": {"num_leaves": {"grid_search": [4, 8]}}}},
+            tracking={"mlflow": {"tracking_uri": "mlruns"}})
 
 
 @pytest.fixture(scope="session")

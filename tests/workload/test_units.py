@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 from orchestrator.contract import RESULT_MARK
-from orchestrator.workload import models, results
-from orchestrator.workload.train import configs, tune_job
+from orchestrator.workload import configs, models, results
+from orchestrator.workload.train import tune_job
 
 
 def test_vit_matches_torchvision_arguments_and_names():
@@ -96,9 +96,28 @@ def test_cache_choices_follow_the_setting_and_the_object_store():
     assert choices["test"] == (True, None) and choices["extra"] == (False, None)
     assert choose_cache(config, {"train": None}, store)["train"] == \
         (False, "read again every epoch (its size is unknown)")
-    for no_auto in ({"train_loop_config": {"epochs": 1}}, {"trainer": "xgboost"},
-                    {"tune": {"param_space": {}}}):
+    for no_auto in ({"train_loop_config": {"epochs": 1}}, {"tune": {"param_space": {}}}):
         assert not cache_by_default({**config, **no_auto})
+
+
+def test_the_boosting_trainers_read_columns_once_and_never_cache_by_default(monkeypatch):
+    from orchestrator.workload import data
+    from orchestrator.workload.trainers import base
+
+    asked = {}
+
+    def ray_datasets(config, **how):
+        asked.update(how)
+        return data.Prepared({"train": None}, None, ["a", "y"], ["a"], None)
+
+    monkeypatch.setattr(data, "check_paths", lambda config: None)
+    monkeypatch.setattr(data, "ray_datasets", ray_datasets)
+    for trainer in ("xgboost", "lightgbm"):
+        asked.clear()
+        _, job = base.boosting_job({"trainer": trainer, "label_column": "y", "datasets": {},
+                                    "train_loop_config": {"epochs": 3}, "tune": None})
+        assert asked == {"image": False, "vector": False, "cache_auto": False}
+        assert job["num_boost_round"] == 10 and job["splits"] == ["train"]
 
 
 def test_estimated_size_comes_from_the_files(tmp_path):

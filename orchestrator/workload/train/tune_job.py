@@ -8,12 +8,14 @@ Each trial's trainer runs under `<storage>/<name>/train-<trial id>`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, cast
 
 from ...contract import DOMAINS, LIST_DOMAINS, JobConfig, TuneSection, trial_line
 from ...util.text import differing, flatten
-from .. import results
+from .. import results, tracking, trainers
+from ..configs import best_from_history, checkpoint_section, config_with_run, run_config, run_name
+from .fit import build
 
 
 def search_space(value: Any) -> Any:
@@ -37,10 +39,9 @@ def merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any
 
 
 def _defaults(config: JobConfig) -> dict[str, str]:
-    if config.get("trainer") == "xgboost":
-        split = "valid" if "valid" in (config.get("datasets") or {}) else "train"
-        return {"metric": f"{split}-logloss", "mode": "min"}
-    return {"metric": "loss", "mode": "min"}
+    """The trainer's own metric and mode, when `tune_config` names none."""
+    metric, mode = trainers.get(config["trainer"]).default_metric(config)
+    return {"metric": metric, "mode": mode}
 
 
 def _concurrency(config: JobConfig) -> int:
@@ -58,13 +59,8 @@ def run_tune(config: JobConfig) -> dict[str, Any]:
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from .. import tracking
-    from . import config_with_run
-    from .configs import best_from_history, checkpoint_section, run_config, run_name
-
     name, storage = run_name(config), results.storage_root(config)
     experiment_uri = results.join(storage, name)
-    make_trainer = _trainer_factory(config)
     section = cast(TuneSection, config["tune"])  # train() runs a sweep only when there is one
     tune_config = dict(_defaults(config), **(section.get("tune_config") or {}))
     parent = tracking.start(config, name, experiment_uri, extra_params={
@@ -82,7 +78,7 @@ def run_tune(config: JobConfig) -> dict[str, Any]:
                                                   "storage_path": experiment_uri}},
                         trial_name, callbacks)
         try:
-            trainer = make_trainer(config_with_run(merged, child), rc, trial_uri)
+            trainer = build(config_with_run(merged, child), rc, trial_uri)
             with tracking.following(child, trial_uri):
                 trainer.fit()
         except BaseException:
@@ -158,11 +154,3 @@ def _trial_states() -> Any:
             self.on_step_end(0, trials)
 
     return TrialStates()
-
-
-def _trainer_factory(config: JobConfig) -> Callable[[JobConfig, Any, str], Any]:
-    if config.get("trainer") == "xgboost":
-        from .xgboost_job import make_trainer
-    else:
-        from .torch_loop import make_trainer
-    return make_trainer

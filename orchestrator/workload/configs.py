@@ -7,18 +7,19 @@ rather than silently continuing (or overwriting) the old one.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, cast
 
-from ...contract import JobConfig
-from .. import results
+from ..contract import JobConfig
+from . import storage
 
 
 def run_name(config: JobConfig) -> str:
     name = (config.get("run_config") or {}).get("name") or config["name"]
     if config.get("resume"):
         return name
-    if results.exists(results.join(results.storage_root(config), name)):
+    if storage.exists(storage.join(storage.storage_root(config), name)):
         return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
     return name
 
@@ -40,7 +41,7 @@ def run_config(config: JobConfig, name: str, callbacks: list[Any]) -> Any:
     failure = section.get("failure_config")
     return RunConfig(
         name=name,
-        storage_path=results.storage_root(config),
+        storage_path=storage.storage_root(config),
         checkpoint_config=CheckpointConfig(**checkpoint) if checkpoint else None,
         failure_config=FailureConfig(**failure) if failure else None,
         callbacks=callbacks,
@@ -54,7 +55,7 @@ def checkpoint_section(config: JobConfig) -> dict[str, Any]:
 def best_from_history(history: list[dict[str, Any]], section: dict[str, Any]) -> str | None:
     """The best kept checkpoint by the score of `section` (the run's checkpoint_config; ties:
     the later one, as Ray keeps it), else the latest."""
-    rows = [r for r in history if r.get("checkpoint") and results.exists(r["checkpoint"])]
+    rows = [r for r in history if r.get("checkpoint") and storage.exists(r["checkpoint"])]
     metric = section.get("checkpoint_score_attribute")
     scored = [(r[metric], i, r) for i, r in enumerate(rows)
               if metric and isinstance(r.get(metric), (int, float))]
@@ -62,3 +63,12 @@ def best_from_history(history: list[dict[str, Any]], section: dict[str, Any]) ->
         sign = 1 if section.get("checkpoint_score_order", "max") == "max" else -1
         return cast(str, max(scored, key=lambda t: (sign * t[0], t[1]))[2]["checkpoint"])
     return rows[-1]["checkpoint"] if rows else None
+
+
+def config_with_run(config: JobConfig, tracked: Any) -> JobConfig:
+    """The config a trainer is made from, naming the MLflow run (`tracking.Run`) a user's train
+    loop logs to."""
+    if tracked is None:
+        return config
+    return cast(JobConfig, dict(config, tracking=dict(config.get("tracking") or {},
+                                                      run=dataclasses.asdict(tracked))))

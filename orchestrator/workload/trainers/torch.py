@@ -1,8 +1,10 @@
-"""The built-in Ray Train loop (the tutorial's, for any built-in model) and the TorchTrainer.
+"""`trainer: torch`: the TorchTrainer, with the built-in Ray Train loop (the tutorial's, for any
+built-in model) or the user's own `train_loop`.
 
 Per epoch: train, then validation loss/accuracy summed over every worker (an all-reduce, so the
 numbers are the global ones, not rank 0's shard), then `ray.train.report` with a checkpoint
 (`model.pt`: the plain module's state dict; `state.pt`: optimizer and epoch, for resuming).
+`data_loader: torch` reads the splits into tensors for a DataLoader instead of Ray Data shards.
 """
 from __future__ import annotations
 
@@ -15,7 +17,13 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 from ...contract import JobConfig
-from .. import data, models
+from .. import data, models, tracking
+from ..configs import scaling_config
+from .base import Made, Scores
+
+NAME = "torch"
+CHECKPOINT_FILE = "model.pt"
+DATA_LOADER = "torch"   # `data_loader: torch` (the other: ray_data), not the trainer's name
 
 
 def import_train_loop(reference: str) -> Callable[..., None]:
@@ -24,13 +32,10 @@ def import_train_loop(reference: str) -> Callable[..., None]:
     return cast(Callable[..., None], getattr(importlib.import_module(module_name), function))
 
 
-def make_trainer(config: JobConfig, run_config: Any, run_uri: str) -> Any:
-    """A TorchTrainer for the resolved config (Tune calls this once per trial). A built-in
-    model's run gets its model card (`workload.card`) in `run_uri`."""
+def make_trainer(config: JobConfig, run_config: Any) -> Made:
+    """A TorchTrainer for the resolved config; a built-in model's run hands back its prepared
+    data (for the model card)."""
     from ray.train.torch import TorchTrainer
-
-    from .. import card
-    from .configs import scaling_config
 
     loop_config = dict(config.get("train_loop_config") or {})
     image = models.is_image_model(config.get("model"))
@@ -38,32 +43,31 @@ def make_trainer(config: JobConfig, run_config: Any, run_uri: str) -> Any:
     input_dim: int | None = None
     preprocessor: Any = None  # a fitted Ray Data preprocessor
     prepared: data.Prepared | None = None
-    if config.get("data_loader") == "torch" and config.get("datasets"):
+    if config.get("data_loader") == DATA_LOADER and config.get("datasets"):
         data.check_paths(config)
         train = data.read(config["datasets"]["train"])
         preprocessor = data.fit_preprocessor(config, train)
         after = preprocessor.transform(train) if preprocessor is not None else train
         features = [data.IMAGE] if image else data.feature_columns(config, after.schema().names)
         prepared = data.Prepared({}, preprocessor, list(train.schema().names), features,
-                                 None if image else len(features))
+                                 None if image else len(features), image)
     elif config.get("datasets"):
         data.check_paths(config)
-        prepared = data.ray_datasets(config, image)
+        prepared = data.ray_datasets(config, image=image, vector=not config.get("train_loop"),
+                                     cache_auto=data.cache_by_default(config))
         datasets, input_dim = prepared.datasets, prepared.input_dim
     if reference := config.get("train_loop"):
-        from .. import tracking
-
         loop = tracking.with_run(import_train_loop(reference), tracking.run_of(config))
+        prepared = None   # the user's loop makes its own model: no card
     else:
-        if prepared is not None:
-            card.save(run_uri, config, prepared, image=image)
         job = {"model": config.get("model"), "image": image, "input_dim": input_dim,
                "label": config.get("label_column") or "label", "preprocessor": preprocessor,
                "config": {k: config.get(k) for k in ("datasets", "label_column",
                                                      "feature_columns", "data_loader")}}
         loop = functools.partial(train_loop, job=job)
-    return TorchTrainer(loop, train_loop_config=loop_config, datasets=datasets,
-                        scaling_config=scaling_config(config), run_config=run_config)
+    return Made(TorchTrainer(loop, train_loop_config=loop_config, datasets=datasets,
+                             scaling_config=scaling_config(config), run_config=run_config),
+                prepared)
 
 
 def train_loop(loop_config: dict[str, Any], *, job: Mapping[str, Any]) -> None:
@@ -111,7 +115,7 @@ def _batch_sources(job: Mapping[str, Any], batch_size: int, world: int) -> dict[
     splits = [s for s in ("train", "valid") if s in job["config"]["datasets"]]
     label, x_column = job["label"], data.IMAGE if job["image"] else data.FEATURES
     sources: dict[str, Any] = {}
-    if job["config"].get("data_loader") == "torch":
+    if job["config"].get("data_loader") == DATA_LOADER:
         for split in splits:
             x, y = data.load_tensors(job["config"], split, job["preprocessor"], job["image"])
             loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y),
@@ -178,7 +182,7 @@ def _restore(plain: Any, optimizer: Any) -> int:
     if checkpoint is None:
         return 0
     with checkpoint.as_directory() as folder:
-        plain.load_state_dict(torch.load(os.path.join(folder, "model.pt")))
+        plain.load_state_dict(torch.load(os.path.join(folder, CHECKPOINT_FILE)))
         state = torch.load(os.path.join(folder, "state.pt"))
     optimizer.load_state_dict(state["optimizer"])
     return cast(int, state["epoch"]) + 1
@@ -191,8 +195,45 @@ def _report(metrics: dict[str, float], plain: Any, optimizer: Any, epoch: int, r
     with tempfile.TemporaryDirectory() as folder:
         checkpoint = None
         if rank == 0:
-            torch.save(plain.state_dict(), os.path.join(folder, "model.pt"))
+            torch.save(plain.state_dict(), os.path.join(folder, CHECKPOINT_FILE))
             torch.save({"optimizer": optimizer.state_dict(), "epoch": epoch},
                        os.path.join(folder, "state.pt"))
             checkpoint = ray.train.Checkpoint.from_directory(folder)
         ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def default_metric(config: JobConfig) -> tuple[str, str]:
+    return "loss", "min"   # the built-in loop's validation loss
+
+
+def class_names(config: JobConfig) -> list[Any] | None:
+    model = config.get("model") or {"name": "", "args": {}}
+    count = (model.get("args") or {}).get("num_classes", models.default_classes(model["name"]))
+    return list(range(int(count)))
+
+
+def load(checkpoint: str, card: dict[str, Any], use_gpu: bool) -> Scores:
+    import torch
+    from ray.train import Checkpoint
+
+    device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
+    model = models.build_model(card["model"], card.get("input_dim"))
+    with Checkpoint(checkpoint).as_directory() as folder:
+        state = torch.load(os.path.join(folder, CHECKPOINT_FILE), map_location=device)
+    model.load_state_dict(state)
+    return functools.partial(_scores, model.to(device).eval(), device, card)
+
+
+def _scores(model: Any, device: str, card: dict[str, Any], batch: Any) -> Any:
+    import numpy as np
+    import torch
+
+    if card["image"]:
+        x = data.normalize_images({data.IMAGE: data.image_array(batch[data.IMAGE])})[data.IMAGE]
+    else:
+        x = np.column_stack([np.asarray(batch[c], dtype=np.float32) for c in card["features"]])
+    with torch.inference_mode():
+        logits = model(torch.as_tensor(np.ascontiguousarray(x)).to(device))
+        if card.get("class_names") is None:
+            return logits.squeeze(-1).cpu().numpy()
+        return torch.softmax(logits.float(), dim=1).cpu().numpy()
