@@ -51,7 +51,7 @@ def build() -> dict:
         "properties": {
             "name": NAME,
             "cluster": {"type": "string", "minLength": 1,
-                        "description": "path to a cluster YAML; omitted: a local Ray on this machine"},
+                        "description": "path to a cluster YAML; omitted: the embedded Ray (on this machine)"},
             "trainer": {"type": "string", "enum": trainers.names()},
             **trainers.schema_properties(),
             "working_dir": {"type": "string", "minLength": 1},

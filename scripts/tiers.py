@@ -7,7 +7,7 @@ print each tier's time beside its budget, and its slowest tests.
 
 The tiers (tests/tiers.py keeps each test's markers true):
     fast  no Ray, no SSH: the language, renderers, state, providers on moto, the CLI
-    ray   the embedded local Ray: Train, Data, Tune, Serve jobs, MLflow, the job API
+    ray   the embedded Ray: Train, Data, Tune, Serve jobs, MLflow, the job API
     ssh   simulated hosts over real SSH: `ray up`, faults, the dashboard in a browser
 
 Budgets are printed, never enforced: the suite's time is a budget the team keeps (CI has 30

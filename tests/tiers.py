@@ -2,7 +2,7 @@
 loads it). scripts/tiers.py runs the tiers one after another and prints the costs.
 
     fast  -m "not ray and not ssh"   no Ray, no SSH
-    ray   -m "ray and not ssh"       the embedded local Ray
+    ray   -m "ray and not ssh"       the embedded Ray
     ssh   -m ssh                     simulated hosts, sshd, `ray up` over SSH
 
 A tier is a marker expression, so every test is in exactly one. The markers must say what a

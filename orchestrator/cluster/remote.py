@@ -34,9 +34,15 @@ def command_line(words: Sequence[str]) -> str:
 
 
 def exec_on_head(record: ClusterRecord, state: State, command: str, *,
-                 tty: bool | None = None, in_container: bool = True) -> int:
-    """Run `command` on the head with this process's stdin/stdout/stderr; its exit code."""
+                 tty: bool | None = None, in_container: bool = True,
+                 container_required: bool = False) -> int:
+    """Run `command` on the head with this process's stdin/stdout/stderr; its exit code.
+    `container_required`: ClusterError unless the cluster runs Ray in a container (`docker:`)."""
     usable(record)
+    if container_required and not ((state.store.read_rendered(record.name) or {})
+                                   .get("docker") or {}).get("container_name"):
+        raise ClusterError(f"cluster {record.name!r} runs no container (no docker: in its file)",
+                           hint="leave --run-env out, or use --run-env host")
     return launch.backend(record, state).exec(record, command, tty=tty,
                                               in_container=in_container)
 

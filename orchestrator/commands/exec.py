@@ -44,10 +44,5 @@ def run(args: argparse.Namespace) -> int:
     name, command = split(args.words)
     state = State.here()
     record = pick.named_or_only(name, state, "exec")
-    if args.run_env == "docker":
-        from ..launch.head import rendered
-
-        if not (rendered(record, state).get("docker") or {}).get("container_name"):
-            raise ClusterError(f"cluster {record.name!r} runs no container (no docker: in its "
-                               f"file)", hint="leave --run-env out, or use --run-env host")
-    return exec_on_head(record, state, command_line(command), in_container=args.run_env != "host")
+    return exec_on_head(record, state, command_line(command), in_container=args.run_env != "host",
+                        container_required=args.run_env == "docker")

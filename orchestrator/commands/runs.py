@@ -12,7 +12,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("experiment", nargs="?", metavar="EXPERIMENT",
                         help="only this experiment's runs (its file, or its name)")
     parser.add_argument("--cluster", metavar="NAME",
-                        help="only the runs on this cluster ('local': the embedded Ray)")
+                        help="only the runs on this cluster ('embedded': the embedded Ray)")
     add_format_argument(parser)
 
 

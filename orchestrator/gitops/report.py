@@ -16,7 +16,7 @@ from typing import Any
 from ..actions import Action
 from ..errors import StateError
 from ..util.files import atomic_write
-from .planner import Change, ProjectPlan
+from .planner import Change, Drift, ProjectPlan
 
 FORMAT_VERSION = 1
 PLAN_KIND = "orchestrate-plan"
@@ -149,8 +149,6 @@ def _plan_problem(document: dict[str, Any]) -> str | None:
 
 
 def from_json(document: dict[str, Any]) -> ProjectPlan:
-    from .planner import Drift
-
     def change(c: dict[str, Any]) -> Change:
         values: dict[str, Any] = {k: tuple(v) if k in ("fields", "interrupts") else v
                                   for k, v in c.items()}

@@ -28,7 +28,7 @@ from ..errors import JobError, Problem, SpecError
 from ..language.experiment import ExperimentSpec
 from ..reach import embedded
 from ..reach.target import open_target, recorded_cluster
-from ..render.experiment import JobPlan, render_job, ship
+from ..render.experiment import JobPlan, render_job, resolve_config, ship
 from ..state import ClusterRecord, State
 from ..util import workdir
 from ..util.progress import Progress
@@ -200,7 +200,6 @@ def check_environment(spec: ExperimentSpec, shipped: workdir.WorkingDir | None =
     if problems:
         raise SpecError(problems)
     if spec.document.get("tracking"):
-        from ..render.experiment import resolve_config
         from . import tracking
 
         tracking.check(spec, resolve_config(spec), embedded=spec.cluster is None, progress=progress)

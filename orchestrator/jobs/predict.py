@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..contract import PREDICTIONS_FOLDER, DatasetSection
 from ..errors import JobError, OrchestrateError, Problem, SpecError
-from ..language.experiment import ExperimentSpec
+from ..language.experiment import ExperimentSpec, load_experiment
 from ..reach.target import recorded_cluster
 from ..render.experiment import dataset_path, guess_format, ship
 from ..render.predict import PredictPlan, PredictRequest, Settings, render_predict
@@ -67,8 +67,6 @@ def resolve(options: PredictOptions, state: State) -> tuple[PredictRequest, Wher
     spec: ExperimentSpec | None = None
     record = None
     if options.source.endswith(EXPERIMENT_SUFFIXES) and not is_uri(options.source):
-        from ..language.experiment import load_experiment
-
         spec = load_experiment(options.source)
         source, name = _latest_run(spec, state), spec.name
         if spec.cluster is not None:

@@ -12,19 +12,21 @@ from ..errors import OrchestrateError
 from ..state import State
 from .client import TERMINAL
 
-LOCAL = "local"   # the cluster column of a run on the embedded Ray
+EMBEDDED = "embedded"   # the cluster column of a run on the embedded Ray
+OLD_EMBEDDED = "local"  # what that column said before 0.2.0, still taken by --cluster
 UNKNOWN = "UNKNOWN"   # not seen to end, and its Ray does not answer about it now
 
 
 def recorded(state: State, *, experiment: str | None = None,
              cluster: str | None = None) -> list[dict[str, Any]]:
     """Every recorded run (one per job), filtered by experiment (a file or a name) and cluster
-    ("local": the embedded Ray)."""
+    ("embedded": the embedded Ray; "local" still means it here, as before 0.2.0)."""
     rows = [_row(job, state) for job in state.store.jobs()]
     if experiment is not None:
         rows = [r for r in rows if _is_of(r, experiment)]
     if cluster is not None:
-        rows = [r for r in rows if r["cluster"] == cluster]
+        wanted = EMBEDDED if cluster == OLD_EMBEDDED else cluster
+        rows = [r for r in rows if r["cluster"] == wanted]
     return rows
 
 
@@ -35,7 +37,7 @@ def _row(job: dict[str, Any], state: State) -> dict[str, Any]:
     file = job.get("experiment") or ""
     return {"job_id": job["job_id"], "experiment": Path(file).stem if file else "",
             "experiment_file": file, "run": summary.get("name") or job.get("run") or job.get("name"),
-            "cluster": job.get("cluster") or LOCAL,
+            "cluster": job.get("cluster") or EMBEDDED,
             "status": job.get("status") or summary.get("status") or "SUBMITTED",
             "started": job.get("submitted_at"),
             "wall_time_s": job.get("wall_time_s") or summary.get("wall_time_s"),
@@ -73,7 +75,7 @@ def _ask(cluster: str, rows: list[dict[str, Any]], state: State) -> None:
     from .experiment import outcome
     from .targets import jobs_on
 
-    record = None if cluster == LOCAL else recorded_cluster(state, name=cluster)
+    record = None if cluster == EMBEDDED else recorded_cluster(state, name=cluster)
     with jobs_on(record, state) as jobs:
         for row in rows:
             try:

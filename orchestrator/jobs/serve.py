@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .. import launch
 from ..errors import OrchestrateError, Problem, ServeError, SpecError
-from ..language.service import ServiceSpec
-from ..launch.head import forward
+from ..language.service import ServiceSpec, load_service
 from ..reach.target import embedded_endpoint, open_target, recorded_cluster
 from ..render import service as render
 from ..state import ClusterRecord, State, service_key
@@ -111,8 +111,7 @@ def reach(url_host: str, port: int, cluster: ClusterRecord | None,
     if cluster is None or not cluster.tunneled:
         yield f"http://{url_host}:{port}"
         return
-    config = state.store.read_rendered(cluster.name) or {}
-    with forward(config.get("auth") or {}, str(cluster.head_ip), port, timeout=20) as local:
+    with launch.backend(cluster, state).forward(cluster, port, timeout=20) as local:
         yield f"http://127.0.0.1:{local}"
 
 
@@ -126,8 +125,6 @@ def _healthy(base: str, route: str) -> None:
 
 def deploy_file(path: str, state: State, progress: Progress) -> Served:
     """`orchestrate serve FILE`: the service file loaded and deployed."""
-    from ..language.service import load_service
-
     return deploy(load_service(path), state, progress)
 
 

@@ -34,7 +34,7 @@ class ExperimentSpec:
     trainer: str
     document: dict[str, Any] = field(repr=False)
     working_dir: Path
-    cluster: ClusterSpec | None = None  # None: the embedded local Ray
+    cluster: ClusterSpec | None = None  # None: the embedded Ray
     source: Document | None = field(repr=False, compare=False, default=None)
     environment: Environment = field(default_factory=Environment)  # runtime_env: pip, env_vars
 

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from .. import providers
 from ..state import State
-from ..util.progress import Progress
+from ..util.progress import Progress, silent
 from .base import LaunchBackend
 from .ray_up import RayUp
 
@@ -28,6 +28,6 @@ class Cluster(Protocol):
 
 
 def backend(cluster: Cluster, state: State,
-            progress: Progress = lambda _: None) -> LaunchBackend:
+            progress: Progress = silent) -> LaunchBackend:
     """The launch backend of `cluster`'s provider, working in `state`, telling `progress`."""
     return BACKENDS[providers.get(cluster.provider).LAUNCH](state, progress)

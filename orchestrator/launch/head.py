@@ -111,8 +111,8 @@ def reach_head(record: ClusterRecord, state: State) -> tuple[dict[str, Any], lis
             from None
 
 
-def exec_on_head(record: ClusterRecord, state: State, command: str, *,
-                 tty: bool | None = None, in_container: bool = True) -> int:
+def run_on_head(record: ClusterRecord, state: State, command: str, *,
+                tty: bool | None = None, in_container: bool = True) -> int:
     """Run `command` on the head with this process's stdin/stdout/stderr; its exit code."""
     config, argv = reach_head(record, state)
     tty = sys.stdin.isatty() and sys.stdout.isatty() if tty is None else tty

@@ -218,8 +218,8 @@ class RayUp:
 
     def exec(self, record: ClusterRecord, command: str, *, tty: bool | None = None,
              in_container: bool = True) -> int:
-        """Not `ray exec`, whose exit code is 1 on any failure: `head.exec_on_head`."""
-        return head.exec_on_head(record, self.state, command, tty=tty, in_container=in_container)
+        """Not `ray exec`, whose exit code is 1 on any failure: `head.run_on_head`."""
+        return head.run_on_head(record, self.state, command, tty=tty, in_container=in_container)
 
     def rsync(self, record: ClusterRecord, *, down: bool, source: str, target: str,
               all_nodes: bool = False) -> None:
