@@ -117,7 +117,8 @@ def experiment_entry(name: str, file: str, content_hash: str, cluster: str | Non
 def experiment_stop(name: str, ps: ProjectState, doc: StateDoc, progress: Progress, *,
                     forget: bool = True) -> None:
     """Stop the experiment's recorded job (if its Ray still has it); then forget the entry."""
-    from ..jobs.targets import jobs_on, recorded_cluster
+    from ..jobs.targets import jobs_on
+    from ..reach.target import recorded_cluster
 
     entry = doc.resources[address("experiment", name)]
     job, cluster = entry.get("job_id"), entry.get("cluster")

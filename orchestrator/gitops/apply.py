@@ -160,7 +160,8 @@ def _carry_out(change: Change, planned: Planned, ps: ProjectState, who: Any, app
 def _wait(applied: Applied, ps: ProjectState, progress: Progress) -> None:
     """--wait: follow each submitted job to its end; JobError naming the ones that failed."""
     from ..jobs.experiment import epoch_printer
-    from ..jobs.targets import jobs_on, recorded_cluster
+    from ..jobs.targets import jobs_on
+    from ..reach.target import recorded_cluster
     from ..state.document import address
 
     for name, job in applied.jobs.items():

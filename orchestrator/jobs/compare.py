@@ -21,14 +21,14 @@ def label(summary: dict[str, Any]) -> str:
 
 def history_of(summary: dict[str, Any]) -> list[dict[str, Any]]:
     """The run's per-epoch rows, read where it wrote them ([] when that cannot be read)."""
-    from ..workload import results
+    from ..workload import storage
 
     path = summary.get("history")
     if not path:
         return []
     import json
 
-    data = results.read_bytes(path)
+    data = storage.read_bytes(path)
     try:
         rows = json.loads(data) if data else []
     except ValueError:

@@ -288,7 +288,7 @@ def latest_run(spec: ExperimentSpec, state: State) -> str | None:
 def find_results(key: str, state: State) -> dict[str, Any]:
     """A run's summary by run name, job id (what this machine recorded), or the run's folder
     (a path or URI, read where the run wrote it); JobError when there is none."""
-    from ..workload import results as files
+    from ..workload import storage as files
 
     summary = state.store.run(key)
     job = state.store.job(key)

@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from ..reach.target import open_target, recorded_cluster
+from ..reach.target import open_target
 from ..state import ClusterRecord, State
 from .client import JobsClient
-
-__all__ = ["jobs_of", "jobs_on", "recorded_cluster"]
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..contract import PREDICT_SUMMARY, PREDICTIONS_FOLDER, PredictConfig, result_line
-from . import card, data, inference, results
+from . import card, data, inference, storage
 
 
 class BatchPredictor:
@@ -38,8 +38,8 @@ def predict(config: PredictConfig) -> dict[str, Any]:
     print(f"orchestrate: predicting with {checkpoint} (a {model['trainer']} model of experiment "
           f"{model['experiment']!r})", flush=True)
     output = data.resolve(config["output"]["path"])
-    target = results.join(output, PREDICTIONS_FOLDER)
-    if results.exists(target):
+    target = storage.join(output, PREDICTIONS_FOLDER)
+    if storage.exists(target):
         raise ValueError(f"{target} already exists: give another --output, or remove it")
     dataset = data.read(config["data"])
     columns = list(dataset.schema().names)
@@ -69,8 +69,8 @@ def predict(config: PredictConfig) -> dict[str, Any]:
                "seconds": round(seconds, 3), "rows_per_second": round(rows / max(seconds, 1e-9), 1),
                "checkpoint": checkpoint, "run": loaded.run, "experiment": model["experiment"],
                "output": target, "format": config["output"]["format"], "metrics": metrics}
-    summary_uri = results.join(output, PREDICT_SUMMARY)
-    results.write_bytes(summary_uri, json.dumps(summary, indent=2).encode())
+    summary_uri = storage.join(output, PREDICT_SUMMARY)
+    storage.write_bytes(summary_uri, json.dumps(summary, indent=2).encode())
     summary["summary"] = summary_uri
     print(result_line(summary), flush=True)
     return summary

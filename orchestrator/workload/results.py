@@ -15,11 +15,7 @@ from ..contract import RESULTS_FOLDER as FOLDER
 from ..contract import epoch_line, result_line
 from . import tracking
 from .card import mark_checkpoint
-from .storage import exists, join, read_bytes, read_history, storage_root, write_bytes
-
-# The run's files, for the modules (and `orchestrate results`) that read them through here.
-__all__ = ["exists", "finish", "join", "make_history_callback", "overlay", "plot", "read_bytes",
-           "read_history", "storage_root", "write_bytes"]
+from .storage import join, read_history, write_bytes
 
 
 def make_history_callback(run_uri: str, trial: str | None = None) -> Any:

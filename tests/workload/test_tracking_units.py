@@ -51,12 +51,12 @@ def test_following_logs_the_epochs_as_the_history_grows_and_the_rest_at_the_end(
     import json
     import time
 
-    from orchestrator.workload import results
+    from orchestrator.workload import storage
 
     monkeypatch.setattr(tracking, "POLL_SECONDS", 0.05)
     store, run_uri = tmp_path / "mlruns", str(tmp_path / "runs" / "exp")
-    history_file = results.join(run_uri, "orchestrate", "metrics.json")
-    results.write_bytes(history_file, json.dumps([{"epoch": 1, "loss": 0.9}]).encode())
+    history_file = storage.join(run_uri, "orchestrate", "metrics.json")
+    storage.write_bytes(history_file, json.dumps([{"epoch": 1, "loss": 0.9}]).encode())
     run = tracking.start(config(store), "exp", run_uri)
     from mlflow.tracking import MlflowClient
 
@@ -65,15 +65,15 @@ def test_following_logs_the_epochs_as_the_history_grows_and_the_rest_at_the_end(
     with tracking.following(run, run_uri):
         for epoch in (2, 3):
             rows.append({"epoch": epoch, "loss": 1 / epoch, "checkpoint": "/c"})
-            results.write_bytes(history_file, json.dumps(rows).encode())
+            storage.write_bytes(history_file, json.dumps(rows).encode())
             deadline = time.monotonic() + 30
             while len(mlflow.get_metric_history(run.run_id, "loss")) < epoch - 1:
                 assert time.monotonic() < deadline, "the epoch was not logged while running"
                 time.sleep(0.05)
-        results.write_bytes(history_file, b"[{\"epoch\": 4, \"lo")   # caught mid-rewrite
+        storage.write_bytes(history_file, b"[{\"epoch\": 4, \"lo")   # caught mid-rewrite
         time.sleep(0.2)
         rows.append({"epoch": 4, "loss": 0.2})
-        results.write_bytes(history_file, json.dumps(rows).encode())
+        storage.write_bytes(history_file, json.dumps(rows).encode())
     points = mlflow.get_metric_history(run.run_id, "loss")
     assert [(p.step, p.value) for p in points] == [(2, 0.5), (3, 1 / 3), (4, 0.2)]
 
@@ -82,7 +82,7 @@ def test_following_warns_once_when_mlflow_fails_and_the_run_goes_on(tmp_path, ca
                                                                     monkeypatch):
     import json
 
-    from orchestrator.workload import results
+    from orchestrator.workload import storage
 
     # MLflow's client retries a refused request for about four minutes by default (rate limits):
     # not here.
@@ -90,7 +90,7 @@ def test_following_warns_once_when_mlflow_fails_and_the_run_goes_on(tmp_path, ca
     run_uri = str(tmp_path / "run")
     gone = tracking.Run("http://127.0.0.1:9/", "1", "abc")   # port 9: nothing listens
     with tracking.following(gone, run_uri):
-        results.write_bytes(results.join(run_uri, "orchestrate", "metrics.json"),
+        storage.write_bytes(storage.join(run_uri, "orchestrate", "metrics.json"),
                             json.dumps([{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}])
                             .encode())
     out = capsys.readouterr().out

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from ...contract import DOMAINS, LIST_DOMAINS, JobConfig, TuneSection, trial_line
 from ...util.text import differing, flatten
-from .. import results, tracking, trainers
+from .. import results, storage, tracking, trainers
 from ..configs import best_from_history, checkpoint_section, config_with_run, run_config, run_name
 from .fit import build
 
@@ -59,8 +59,8 @@ def run_tune(config: JobConfig) -> dict[str, Any]:
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    name, storage = run_name(config), results.storage_root(config)
-    experiment_uri = results.join(storage, name)
+    name, root = run_name(config), storage.storage_root(config)
+    experiment_uri = storage.join(root, name)
     section = cast(TuneSection, config["tune"])  # train() runs a sweep only when there is one
     tune_config = dict(_defaults(config), **(section.get("tune_config") or {}))
     parent = tracking.start(config, name, experiment_uri, extra_params={
@@ -70,7 +70,7 @@ def run_tune(config: JobConfig) -> dict[str, Any]:
         merged = cast(JobConfig, merge(config, trial_config))  # the trial's values over the config
         trial_id = tune.get_context().get_trial_id()
         trial_name = f"train-{trial_id}"
-        trial_uri = results.join(experiment_uri, trial_name)
+        trial_uri = storage.join(experiment_uri, trial_name)
         child = tracking.start(merged, trial_name, trial_uri, parent=parent) if parent else None
         callbacks = [TuneReportCallback(),  # type: ignore[no-untyped-call]  # ray: no annotations
                      results.make_history_callback(trial_uri, trial=trial_id)]
@@ -95,7 +95,7 @@ def run_tune(config: JobConfig) -> dict[str, Any]:
         tune.with_resources(trainable, {"cpu": 0.01}),  # it only waits on the trainer
         param_space=search_space(section.get("param_space") or {}),
         tune_config=tune.TuneConfig(**tune_config),
-        run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[_trial_states()]),
+        run_config=tune.RunConfig(name=name, storage_path=root, callbacks=[_trial_states()]),
     )
     grid = tuner.fit()
     if grid.num_errors == len(grid):
@@ -103,8 +103,8 @@ def run_tune(config: JobConfig) -> dict[str, Any]:
     best = grid.get_best_result()
     best_metrics = cast(dict[str, Any], best.metrics)  # the best result was picked by its metrics
     metric = tune_config["metric"]
-    histories = {str(r.metrics["trial_id"]): results.read_history(
-        results.join(experiment_uri, f"train-{r.metrics['trial_id']}"))
+    histories = {str(r.metrics["trial_id"]): storage.read_history(
+        storage.join(experiment_uri, f"train-{r.metrics['trial_id']}"))
         for r in grid if r.metrics and r.metrics.get("trial_id")}  # type: ignore[attr-defined]
     varying = differing([flatten(r.config) for r in grid])  # type: ignore[attr-defined]
     trials = [{"trial_id": r.metrics.get("trial_id"), "config": r.config,
