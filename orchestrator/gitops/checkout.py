@@ -239,6 +239,8 @@ def checkout(entry: Entry, ps: ProjectState, machine: State, wanted: Desired | N
                          f"project's files, and orchestrate runs nothing on the state's word "
                          f"alone", hint="`orchestrate plan` shows what its state entry would "
                                         "run; apply the deletion with --allow-destructive")
+    if wanted is not None and wanted.name != name:
+        raise StateError(f"the state's entry of cluster {wanted.name!r} names cluster {name!r}")
     token_file = ensure_token(name, ps, entry, machine)
     if not isinstance(entry.get("config"), dict):
         raise StateError(f"cluster/{name} in the state has no config")

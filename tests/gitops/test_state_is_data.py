@@ -155,3 +155,20 @@ def test_the_project_file_is_named_in_the_plan(project):
     assert plan["project_file"] == str(project.root / "orchestrate.yaml")
     listed = json.loads(cli(project, "state", "list", "--format", "json").stdout)
     assert listed["project_file"] == str(project.root / "orchestrate.yaml")
+
+
+def test_down_of_an_entry_whose_file_is_gone_needs_from_state(project, tmp_path):
+    """`apply`'s delete passes --allow-destructive as `from_state`; without it (and `down` of a
+    project's file never passes it) nothing of the state's is written or run."""
+    from orchestrator.gitops.actions import cluster_down
+
+    marker = tmp_path / "ran-from-state"
+    ps = hostile(project, marker)
+    (project.root / "clusters" / "gpu.yaml").unlink()
+    doc = ps.read()
+    with pytest.raises(StateError) as error:
+        cluster_down("gpu", ps, doc, lambda _: None)
+    assert "runs nothing on the state's word alone" in error.value.message
+    assert "--allow-destructive" in error.value.hint
+    assert ps.machine.store.read_cluster("gpu") is None and not marker.exists()
+    assert ps.read().resources.keys() == doc.resources.keys()
