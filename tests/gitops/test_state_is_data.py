@@ -69,7 +69,9 @@ def test_apply_runs_no_proxy_command_from_the_state(project, tmp_path):
     done = cli(project, "apply", "-y", "--allow-destructive")
     # The repository's file is launched from here: its key is no key, so `up` fails (preflight
     # over SSH), but nothing of the state's ran on the way.
-    assert done.returncode != 0
+    assert done.returncode == 1
+    assert "cluster/gpu: restart" in done.stderr and "preflight failed for gpu" in done.stderr
+    assert "could not open an SSH port forward to the head 127.0.0.1" in done.stderr  # `up` asked
     assert not marker.exists(), "apply ran the state's proxy command"
 
 
