@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .. import launch, providers
 from ..actions import Action
@@ -36,6 +37,9 @@ class UpOptions:
     timeout: float = 1800          # for `ray up`
     wait_timeout: float = 600      # for the nodes
     down_timeout: float = 900      # for `ray down`, when the plan replaces the cluster
+    # What Ray was last handed, when it is not the rendered file here (a project's state: data
+    # for the diff; what runs is the file here, made from the repository's cluster file).
+    recorded_config: dict[str, Any] | None = None
 
 
 @dataclass
@@ -79,6 +83,8 @@ def up(spec: ClusterSpec, state: State, options: UpOptions, progress: Progress,
         token_file = state.secrets.ensure(cluster_key(spec.name))
         rendered = render_cluster(spec, token_file=str(token_file))
         recorded = _recorded(spec.name, state, progress)
+        if recorded is not None and options.recorded_config is not None:
+            recorded = Recorded(recorded.record, options.recorded_config)
         live = refresh(recorded.record if recorded else None, state, progress)
         plan = plan_cluster(rendered, recorded, live)
         if plan.action is Action.NOOP:

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     if plan_file is not None:
         args.paths = []
     ps = _open(args, plan_file)
+    info(f"project {ps.project.name} from {ps.project.file} (state: {ps.backend.url})")
 
     def confirm(question: str) -> bool:
         info(question.rsplit("\n\n", 1)[0])

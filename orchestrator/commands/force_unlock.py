@@ -20,5 +20,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     ps = open_project(args)
     holder = ps.backend.force_release(args.lock_id)
-    info(f"removed the lock of {holder.describe()} from {ps.backend.url}")
+    info(f"removed the lock of {holder.describe()} from {ps.backend.url} (project "
+         f"{ps.project.name} from {ps.project.file})")
     return 0

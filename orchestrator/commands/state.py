@@ -37,10 +37,12 @@ def run(args: argparse.Namespace) -> int:
     doc = ps.read()
     if args.action == "list":
         if args.format == "json":
-            emit_json({"project": doc.project, "lineage": doc.lineage, "serial": doc.serial,
+            emit_json({"project": doc.project, "project_file": str(ps.project.file),
+                       "lineage": doc.lineage, "serial": doc.serial,
                        "addresses": sorted(doc.resources)})
         else:
-            info(f"project {doc.project}, state {ps.backend.url}, serial {doc.serial}")
+            info(f"project {doc.project} from {ps.project.file}, state {ps.backend.url}, "
+                 f"serial {doc.serial}")
             print_table([(a, e.get("file", ""), _status(e), e.get("applied_by", ""))
                          for a, e in sorted(doc.resources.items())],
                         ("ADDRESS", "FILE", "STATUS", "APPLIED BY"))

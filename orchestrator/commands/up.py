@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         emit_json({"action": result.action, "changes": list(result.plan.changes),
                    "plan": result.plan.as_dict(), **record.as_dict(),
+                   "project_file": str(project.file) if project else None,
                    "health": result.health.as_dict() if result.health else None})
         return 0
     if result.action == "unchanged":

@@ -2,15 +2,18 @@
 `up` and `tear_down`, jobs.experiment's submit), with the state entry written after each:
 
     cluster_up(spec, file, ps, doc, who, progress) -> UpResult
-    cluster_down(name, ps, doc, who, progress)
+    cluster_down(name, ps, doc, who, progress, from_state=False)
     experiment_submit(desired, ps, doc, who, progress) -> job id
     experiment_stop(name, ps, doc, progress)
 
 The caller holds the project's lock; `ps.write(doc)` is called after every step that changed
-something, so an apply cut half way leaves the state true to what was done.
+something, so an apply cut half way leaves the state true to what was done. A cluster is acted
+on as its file in the repository says (checkout.py); one whose file is gone only with
+`from_state` (apply's --allow-destructive).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,8 +23,9 @@ from ..language.cluster import ClusterSpec
 from ..language.experiment import ExperimentSpec
 from ..state import cluster_key
 from ..state.backends import LockInfo
-from ..state.document import StateDoc, address
+from ..state.document import Entry, StateDoc, address
 from .checkout import checkin, checkout, ensure_token
+from .desired import Desired, desired_cluster, from_file
 from .store import STAMPS, ProjectState, stamp
 
 if TYPE_CHECKING:  # the types only: cluster.apply brings the launch backend and the SSH client
@@ -36,10 +40,11 @@ def _same(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
     return bare(old) == bare(new)
 
 
-def _keep(name: str, file: str, ps: ProjectState, doc: StateDoc, who: LockInfo | None) -> None:
+def _keep(name: str, file: str, ps: ProjectState, doc: StateDoc, who: LockInfo | None,
+          before: Entry | None) -> None:
     """This machine's record of the cluster into the state, written only if it changed (a
     no-op `up` leaves the serial alone, so saved plans stay valid)."""
-    entry = checkin(name, ps, ps.machine, file)
+    entry = checkin(name, ps, ps.machine, file, before)
     where = address("cluster", name)
     if _same(doc.resources.get(where), entry):
         return
@@ -50,11 +55,21 @@ def _keep(name: str, file: str, ps: ProjectState, doc: StateDoc, who: LockInfo |
     ps.write(doc)
 
 
-def checkout_cluster(name: str, ps: ProjectState, doc: StateDoc) -> None:
-    """This machine's files of a cluster the state records (a no-op for unknown ones)."""
+def wanted(name: str, entry: Entry, ps: ProjectState) -> Desired | None:
+    """The recorded cluster's file in the repository, rendered here (None: it is gone)."""
+    return from_file(name, entry.get("file"), ps.project,
+                     ps.machine.secrets.path(cluster_key(name)))
+
+
+def checkout_cluster(name: str, ps: ProjectState, doc: StateDoc, *, from_state: bool = False,
+                     spec: ClusterSpec | None = None) -> None:
+    """This machine's files of a cluster the state records (a no-op for unknown ones), as its
+    file (`spec`, else the one its entry names) says."""
     entry = doc.resources.get(address("cluster", name))
     if entry is not None:
-        checkout(entry, ps, ps.machine)
+        mine = desired_cluster(ps.project, spec, ps.machine.secrets.path(cluster_key(name))) \
+            if spec is not None else wanted(name, entry, ps)
+        checkout(entry, ps, ps.machine, mine, from_state=from_state)
 
 
 def cluster_up(spec: ClusterSpec, file: str, ps: ProjectState, doc: StateDoc,
@@ -63,26 +78,31 @@ def cluster_up(spec: ClusterSpec, file: str, ps: ProjectState, doc: StateDoc,
     from ..cluster.apply import UpOptions, up
 
     entry = doc.resources.get(address("cluster", spec.name))
+    options = options or UpOptions()
     if entry is not None:
-        checkout(entry, ps, ps.machine)
+        mine = desired_cluster(ps.project, spec, ps.machine.secrets.path(cluster_key(spec.name)))
+        recorded = checkout(entry, ps, ps.machine, mine).recorded
+        options = dataclasses.replace(options, recorded_config=recorded)
     else:
         ensure_token(spec.name, ps, None, ps.machine, create=True)
     try:
-        return up(spec, ps.machine, options or UpOptions(), progress, confirm)
+        return up(spec, ps.machine, options, progress, confirm)
     finally:  # also after a failed or interrupted `ray up`: the record says how far it got
-        _keep(spec.name, file, ps, doc, who)
+        _keep(spec.name, file, ps, doc, who, entry)
 
 
 def cluster_down(name: str, ps: ProjectState, doc: StateDoc, progress: Progress,
-                 timeout: float = 900) -> None:
+                 timeout: float = 900, *, from_state: bool = False) -> None:
+    """`from_state`: a cluster whose file is gone is torn down with its state entry's config
+    (apply's --allow-destructive); else StateError."""
     from ..cluster.apply import tear_down
 
     entry = doc.resources[address("cluster", name)]
-    checkout(entry, ps, ps.machine)
+    checkout(entry, ps, ps.machine, wanted(name, entry, ps), from_state=from_state)
     try:
         tear_down(name, ps.machine, progress, timeout=timeout)
     finally:
-        _keep(name, entry.get("file", ""), ps, doc, None)
+        _keep(name, entry.get("file", ""), ps, doc, None, entry)
     if address("cluster", name) not in doc.resources:
         ps.tokens.delete(cluster_key(name))
 
@@ -92,7 +112,7 @@ def experiment_submit(spec: ExperimentSpec, file: str, content_hash: str, ps: Pr
     from ..jobs import experiment
 
     if spec.cluster is not None:
-        checkout_cluster(spec.cluster.name, ps, doc)
+        checkout_cluster(spec.cluster.name, ps, doc, spec=spec.cluster)
     options = experiment.RunOptions(detach=True)
     plan = experiment.prepare(spec, options, progress)
     with experiment.target(spec, ps.machine, keep=True, progress=progress) as (jobs, cluster):
@@ -115,7 +135,7 @@ def experiment_entry(name: str, file: str, content_hash: str, cluster: str | Non
 
 
 def experiment_stop(name: str, ps: ProjectState, doc: StateDoc, progress: Progress, *,
-                    forget: bool = True) -> None:
+                    forget: bool = True, from_state: bool = False) -> None:
     """Stop the experiment's recorded job (if its Ray still has it); then forget the entry."""
     from ..jobs.targets import jobs_on
     from ..reach.target import recorded_cluster
@@ -125,7 +145,7 @@ def experiment_stop(name: str, ps: ProjectState, doc: StateDoc, progress: Progre
     if job:
         try:
             if cluster:
-                checkout_cluster(cluster, ps, doc)
+                checkout_cluster(cluster, ps, doc, from_state=from_state)
             record = recorded_cluster(ps.machine, name=cluster) if cluster else None
             with jobs_on(record, ps.machine) as jobs:
                 stopped = jobs.stop(job)

@@ -135,8 +135,8 @@ def _carry_out(change: Change, planned: Planned, ps: ProjectState, who: Any, app
     doc = planned.doc
     item = planned.desired.get(change.address)
     if change.kind == "cluster":
-        if change.action is Action.DESTROY:
-            actions.cluster_down(change.name, ps, doc, progress)
+        if change.action is Action.DESTROY:  # destructive: --allow-destructive was given
+            actions.cluster_down(change.name, ps, doc, progress, from_state=allow_destructive)
         else:
             assert item is not None and isinstance(item.spec, ClusterSpec)
             # `up` asks the cluster again; if that turns this change destructive (the head
@@ -146,13 +146,15 @@ def _carry_out(change: Change, planned: Planned, ps: ProjectState, who: Any, app
         return
     if change.action in LEAVING:
         if change.action is Action.STOP:
-            actions.experiment_stop(change.name, ps, doc, progress)
+            actions.experiment_stop(change.name, ps, doc, progress,
+                                    from_state=allow_destructive)
         else:
             actions.experiment_forget(change.name, ps, doc)
         return
     assert item is not None and isinstance(item.spec, ExperimentSpec)
     if change.interrupts:  # resubmit: the earlier job is stopped first
-        actions.experiment_stop(change.name, ps, doc, progress, forget=False)
+        actions.experiment_stop(change.name, ps, doc, progress, forget=False,
+                                from_state=allow_destructive)
     applied.jobs[change.name] = actions.experiment_submit(item.spec, item.file, item.hash, ps,
                                                           doc, who, progress)
 

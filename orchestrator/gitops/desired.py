@@ -3,6 +3,9 @@ hashed in a form that does not depend on the machine (so two runners with differ
 and different ORCHESTRATE_HOMEs compute the same hash for the same file).
 
     read_desired(project, files, token_path) -> [Desired]    SpecError with every file's problems
+    desired_cluster(project, spec, token_file) -> Desired     one cluster file, loaded already
+    from_file(name, file, project, token_file) -> Desired?    a recorded cluster's file, if it is
+                                                              still one of the project's
 
 Normalising: this machine's token file becomes "${TOKEN}", the project's root folder
 "${PROJECT}" and the user's home folder "${HOME}" (a `~/ray_results` expanded) in every string
@@ -18,7 +21,7 @@ from typing import Any
 
 from ..errors import Problem, SpecError
 from ..language import load_any
-from ..language.cluster import ClusterSpec
+from ..language.cluster import ClusterSpec, load_cluster
 from ..language.experiment import ExperimentSpec
 from ..language.project import ProjectSpec
 from ..language.service import ServiceSpec
@@ -127,6 +130,30 @@ def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped,
                    project.relative(spec.path), config_hash(content), spec, cluster=cluster)
 
 
+def desired_cluster(project: ProjectSpec, spec: ClusterSpec, token: Path) -> Desired:
+    """One cluster file of the project, loaded already: rendered with `token` as this
+    machine's token file, and hashed normalised."""
+    rendered = render_cluster(spec, token_file=str(token))
+    config = normalise(rendered.config, project.root, token)
+    return Desired(address("cluster", spec.name), "cluster", spec.name,
+                   project.relative(spec.path), config_hash(config), spec, config,
+                   rendered=rendered)
+
+
+def from_file(name: str, file: Any, project: ProjectSpec, token: Path, *,
+              here: bool = True) -> Desired | None:
+    """A recorded cluster's file (`file`, as its state entry names it), loaded and rendered
+    here: None when it is not one of the project's files any more, or defines another cluster.
+    SpecError for a file with problems."""
+    if not isinstance(file, str) or not file:
+        return None
+    path = (project.root / file).resolve()
+    if path not in set(project.files()):
+        return None
+    spec = load_cluster(path, here=here)
+    return desired_cluster(project, spec, token) if spec.name == name else None
+
+
 def read_desired(project: ProjectSpec, files: list[Path], token_path: Callable[[str], Path],
                  project_files: set[Path] | None = None, *, here: bool = True) -> list[Desired]:
     """Load and render every file; SpecError with the problems of all of them at once, and
@@ -145,12 +172,7 @@ def read_desired(project: ProjectSpec, files: list[Path], token_path: Callable[[
         if isinstance(spec, ServiceSpec):
             continue  # services are served with `orchestrate serve`, not planned (yet)
         if isinstance(spec, ClusterSpec):
-            token = token_path(spec.name)
-            rendered = render_cluster(spec, token_file=str(token))
-            config = normalise(rendered.config, project.root, token)
-            item = Desired(address("cluster", spec.name), "cluster", spec.name,
-                           project.relative(path), config_hash(config), spec, config,
-                           rendered=rendered)
+            item = desired_cluster(project, spec, token_path(spec.name))
         else:
             item = _experiment(spec, project, shipped)
         other = desired.get(item.address)

@@ -6,6 +6,7 @@ is live, and the planner's decision. Takes no lock and writes nothing.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,9 +91,10 @@ def make_plan(ps: ProjectState, options: PlanOptions) -> Planned:
     if options.refresh:
         from .refresh import refresh  # the HTTP and SSH clients: only when asking
 
-        live = refresh(doc, ps)
+        live = refresh(doc, ps, {d.name: d for d in desired if d.kind == "cluster"})
     else:
         live = Live(False)
-    plan = plan_project(desired, doc, live, partial=partial)
+    plan = dataclasses.replace(plan_project(desired, doc, live, partial=partial),
+                               project_file=str(ps.project.file))
     return Planned(plan, {d.address: d for d in desired}, doc,
                    [ps.project.relative(path) for path in files], live)

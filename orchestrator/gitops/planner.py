@@ -45,13 +45,14 @@ class Change:
     interrupts: tuple[str, ...] = ()    # running jobs this change would stop
     cluster: str | None = None          # an experiment's cluster (None: the embedded Ray)
     destructive: bool = False
+    runs: tuple[str, ...] = ()          # a cluster whose file is gone: what its teardown runs
 
     def as_dict(self) -> dict[str, Any]:
         return {"address": self.address, "kind": self.kind, "name": self.name,
                 "file": self.file, "action": self.action, "reason": self.reason,
                 "destructive": self.destructive, "before": self.before, "after": self.after,
                 "fields": list(self.fields), "interrupts": list(self.interrupts),
-                "cluster": self.cluster}
+                "cluster": self.cluster, "runs": list(self.runs)}
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class ProjectPlan:
     refreshed: bool
     changes: tuple[Change, ...] = ()
     drift: tuple[Drift, ...] = ()
+    project_file: str = ""              # the orchestrate.yaml planned (named in every output)
 
     @property
     def actions(self) -> tuple[Change, ...]:
@@ -86,6 +88,32 @@ class ProjectPlan:
         for change in self.changes:
             count[change.action.group] += 1
         return count
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def what_runs(entry: Entry) -> list[str]:
+    """What tearing down a recorded cluster whose file is gone would run, from its state
+    entry: shown by `plan`, as data, for a person to read before --allow-destructive."""
+    config = _mapping(entry.get("config"))
+    provider = _mapping(config.get("provider"))
+    auth = _mapping(config.get("auth"))
+    record = _mapping(entry.get("record"))
+    hosts = [provider.get("head_ip") or record.get("head_ip"),
+             *(provider.get("worker_ips") or [])]
+    lines = [f"`ray down` with the state's config: provider {provider.get('type')!r}"
+             + (f", hosts {', '.join(repr(h) for h in hosts if h)}" if any(hosts) else "")]
+    lines.append(f"ssh as {auth.get('ssh_user')!r} with key {auth.get('ssh_private_key')!r}"
+                 + (f" through the proxy command {auth['ssh_proxy_command']!r}"
+                    if auth.get("ssh_proxy_command") else ""))
+    docker = _mapping(config.get("docker"))
+    if docker.get("container_name"):
+        lines.append(f"docker container {docker['container_name']!r}")
+    for key in sorted(k for k in config if str(k).endswith("_commands") and config[k]):
+        lines.append(f"{key} (recorded, not run by `ray down`): {config[key]!r}")
+    return lines
 
 
 def _recorded(name: str, entry: Entry) -> Recorded:
@@ -138,7 +166,8 @@ def _cluster_changes(desired: dict[str, Desired], doc: StateDoc, live: Live,
             action, reason,
             before=entry.get("hash") if entry else None, after=item.hash if item else None,
             fields=plan.changes, destructive=destructive,
-            interrupts=tuple(seen.running()) if destructive and seen else ()))
+            interrupts=tuple(seen.running()) if destructive and seen else (),
+            runs=tuple(what_runs(entry)) if item is None and entry is not None else ()))
     return changes, drift
 
 

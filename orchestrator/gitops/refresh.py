@@ -2,7 +2,13 @@
 cluster is checked out into a scratch folder (never this machine's ORCHESTRATE_HOME), its
 dashboard asked for its health and its job table, and the folder removed.
 
-    refresh(doc, project_state) -> Live
+    refresh(doc, project_state, desired) -> Live
+
+It runs nothing the state supplies: a cluster is reached only as its file in the repository
+says (auth, key, proxy command, the dashboard's binding; on-prem, the head's address), the
+state giving only a cloud head's address, checked to be a plain one. A cluster whose file is
+not planned (gone, or left out of a partial plan and not loadable) is not asked, and neither is
+an on-prem one whose recorded head is not the one its file names.
 """
 from __future__ import annotations
 
@@ -11,17 +17,19 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .. import providers
 from ..cluster.health import probe
 from ..errors import OrchestrateError, StateError
 from ..reach.endpoint import open_cluster
 from ..reach.target import embedded_endpoint
-from ..state import UP, State, home
+from ..state import UP, State, cluster_key, home
 from ..state.document import StateDoc
 from ..state.folder import FolderStore
 from ..state.secrets import FileSecrets
 from ..util.files import private_folder
 from ..util.http import HttpError, get_json
-from .checkout import checkout
+from .checkout import checkout, plain_host
+from .desired import Desired, from_file
 from .live import ClusterLive, Live
 from .store import ProjectState
 
@@ -32,10 +40,22 @@ def _jobs(address: str, token: str | None) -> dict[str, str]:
             for row in rows if isinstance(row, dict)} if isinstance(rows, list) else {}
 
 
-def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State) -> ClusterLive:
+def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State,
+             wanted: Desired | None) -> ClusterLive:
+    if wanted is None or wanted.rendered is None:
+        return ClusterLive(None, f"its file {entry.get('file')!r} is not planned, and "
+                                 f"orchestrate reaches a cluster only as its file says",
+                           asked=False)
+    named = providers.ray_up_site(wanted.rendered.provider).head_address(wanted.rendered.config)
+    recorded = (entry.get("record") or {}).get("head_ip")
+    if named and recorded != named:
+        return ClusterLive(None, f"the state says its head is {recorded!r}, its file names "
+                                 f"{named!r}", asked=False)
     try:
-        record = checkout(entry, ps, scratch)
-    except StateError as exc:  # its token is not here: nothing is known about the cluster
+        if recorded is not None:
+            plain_host(recorded, f"cluster/{entry.get('name')} in the state: record.head_ip")
+        record = checkout(entry, ps, scratch, wanted).record
+    except StateError as exc:  # its token is not here, or the entry is not data we take
         return ClusterLive(None, exc.message, asked=False)
     try:
         with open_cluster(record, scratch, timeout=15) as endpoint:
@@ -49,13 +69,27 @@ def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State) -> Cluster
         return ClusterLive(None, exc.message)
 
 
-def refresh(doc: StateDoc, ps: ProjectState) -> Live:
+def _wanted(name: str, entry: dict[str, Any], ps: ProjectState,
+            desired: dict[str, Desired]) -> Desired | None:
+    """The cluster's file as planned; else (a partial plan) its file loaded, if it is still
+    one of the project's and loads."""
+    if name in desired:
+        return desired[name]
+    try:
+        return from_file(name, entry.get("file"), ps.project,
+                         ps.machine.secrets.path(cluster_key(name)), here=False)
+    except OrchestrateError:
+        return None
+
+
+def refresh(doc: StateDoc, ps: ProjectState, desired: dict[str, Desired]) -> Live:
+    """`desired`: the planned clusters by name (what their files render to)."""
     # Beside this machine's own token files (0700), not in /tmp: a refresh killed half way
     # leaves the tokens it fetched no more exposed than `up` leaves its own.
     folder = Path(tempfile.mkdtemp(prefix="refresh-", dir=private_folder(home() / "scratch")))
     try:
         scratch = State(FolderStore(folder), FileSecrets(folder / "secrets"))
-        clusters = {name: _cluster(entry, ps, scratch)
+        clusters = {name: _cluster(entry, ps, scratch, _wanted(name, entry, ps, desired))
                     for name, entry in sorted(doc.entries("cluster").items())
                     if (entry.get("record") or {}).get("state") == UP}
     finally:

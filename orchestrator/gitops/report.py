@@ -42,6 +42,7 @@ def summary_line(plan: ProjectPlan) -> str:
 
 def as_json(plan: ProjectPlan, commit: str | None) -> dict[str, Any]:
     return {"format_version": FORMAT_VERSION, "project": plan.project,
+            "project_file": plan.project_file,
             "lineage": plan.lineage, "serial": plan.serial, "git_commit": commit,
             "partial": plan.partial, "refreshed": plan.refreshed,
             "changes": [c.as_dict() for c in plan.changes],
@@ -54,11 +55,17 @@ def _lines(change: Change) -> list[str]:
     lines += [f"      {field}" for field in change.fields]
     if change.interrupts:
         lines.append(f"      interrupts running jobs: {', '.join(change.interrupts)}")
+    if change.runs:
+        lines.append("      its file is gone: it would run what the state says (data, not "
+                     "checked against any file):")
+        lines += [f"        {line}" for line in change.runs]
     return lines
 
 
 def text(plan: ProjectPlan) -> str:
-    out = [f"project {plan.project} (state serial {plan.serial}"
+    out = [f"project {plan.project}"
+           + (f" from {plan.project_file}" if plan.project_file else "")
+           + f" (state serial {plan.serial}"
            + (", partial: only the files given" if plan.partial else "")
            + ("" if plan.refreshed else ", not refreshed") + ")"]
     if plan.drift:
@@ -93,6 +100,11 @@ def markdown(plan: ProjectPlan, commit: str | None) -> str:
                 out.append(f"# {c.address}")
                 out += [f.replace("~ ", "! ", 1) for f in c.fields]
             out += ["```", "</details>"]
+        for c in plan.actions:
+            if c.runs:
+                out += ["", f"`{c.address}`: its file is gone; tearing it down runs what the "
+                            f"state says:", ""]
+                out += [f"- {_cell(line).replace('`', chr(39))}" for line in c.runs]
     if plan.drift:
         out += ["", "**Drift** (found live, not in the files):", ""]
         out += [f"- `{d.address}`: {_cell(d.message)}" for d in plan.drift]
@@ -150,7 +162,7 @@ def _plan_problem(document: dict[str, Any]) -> str | None:
 
 def from_json(document: dict[str, Any]) -> ProjectPlan:
     def change(c: dict[str, Any]) -> Change:
-        values: dict[str, Any] = {k: tuple(v) if k in ("fields", "interrupts") else v
+        values: dict[str, Any] = {k: tuple(v) if k in ("fields", "interrupts", "runs") else v
                                   for k, v in c.items()}
         values["action"] = Action(values["action"])
         return Change(**values)
@@ -158,4 +170,5 @@ def from_json(document: dict[str, Any]) -> ProjectPlan:
     changes = tuple(change(c) for c in document["changes"])
     return ProjectPlan(document["project"], document["lineage"], document["serial"],
                        document["partial"], document["refreshed"], changes,
-                       tuple(Drift(**d) for d in document["drift"]))
+                       tuple(Drift(**d) for d in document["drift"]),
+                       str(document.get("project_file") or ""))

@@ -42,6 +42,7 @@ def project_of(path: Path) -> ProjectSpec | None:
 def up(project: ProjectSpec, spec: ClusterSpec, machine: State, options: UpOptions,
        progress: Progress, confirm: Callable[[str], bool]) -> UpResult:
     ps = ProjectState.open(project, machine)
+    progress(f"{spec.path} belongs to project {project.name} ({project.file})")
     with ps.lock("up", progress=progress) as who:
         doc = ps.read()
         return actions.cluster_up(spec, project.relative(spec.path), ps, doc, who, progress,
@@ -52,6 +53,7 @@ def down(project: ProjectSpec, name: str, machine: State, progress: Progress,
          timeout: float) -> bool:
     """False when the project's state does not record the cluster (the caller goes on)."""
     ps = ProjectState.open(project, machine)
+    progress(f"cluster {name} belongs to project {project.name} ({project.file})")
     with ps.lock("down", progress=progress):
         doc = ps.read()
         if address("cluster", name) not in doc.resources:
@@ -65,6 +67,7 @@ def record_run(project: ProjectSpec, spec: ExperimentSpec, shipped: WorkingDir, 
     """After `run` submitted a job: the experiment's entry, as `apply` would write it (from the
     spec `run` loaded and the working_dir it walked: each file is read once per command)."""
     ps = ProjectState.open(project, machine)
+    progress(f"recording job {job_id} in project {project.name}'s state ({project.file})")
     item = desired_experiment(project, spec, shipped)
     try:
         with ps.lock("run", timeout=LOCK_WAIT, progress=progress) as who:

@@ -1,7 +1,8 @@
 """The project file, `orchestrate.yaml`: the root of a repository of cluster and experiment files
 that `plan` and `apply` manage together, and where their state and tokens live.
 
-    find_project(start) -> Path | None      walking up from `start` (a folder or a file)
+    find_project(start) -> Path | None      walking up from `start` (a folder or a file), as
+                                            far as a folder that is safe to take a project from
     load_project(path) -> ProjectSpec       validated against schemas/project.schema.json
     ProjectSpec.files() -> [Path]           the include globs, minus the exclude globs, sorted
 
@@ -11,6 +12,7 @@ points the same files at its own bucket without editing them).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,14 +57,84 @@ class ProjectSpec:
         return path.resolve() in set(self.files())
 
 
+def unsafe(path: Path) -> str | None:
+    """Why a project file found at `path` (a folder, or the file) could have been put there by
+    someone else, or None: owned by another user than this one or root, or writable by others
+    (as git's `safe.directory`); a folder writable by its group only when the group is this
+    user's own (a user private group, as umask 002 makes)."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror})"
+    if info.st_uid not in (os.geteuid(), 0):
+        return f"it is owned by {_user(info.st_uid)}, not by you or root"
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & stat.S_IWOTH:
+        return f"anyone may write to it (mode {mode:04o})"
+    if mode & stat.S_IWGRP and not _own_group(info.st_gid):
+        return f"its group {_group(info.st_gid)} may write to it (mode {mode:04o})"
+    return None
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} ({uid})"
+    except KeyError:
+        return f"user {uid}"
+
+
+def _group(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _own_group(gid: int) -> bool:
+    """This user's private group: named as the user, with no other member."""
+    import grp
+    import pwd
+
+    try:
+        user, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return gid == user.pw_gid and group.gr_name == user.pw_name and \
+        set(group.gr_mem) <= {user.pw_name}
+
+
 def find_project(start: Path) -> Path | None:
-    """The nearest orchestrate.yaml in `start` (a folder, or a file's folder) or above it."""
+    """The nearest orchestrate.yaml in `start` (a folder, or a file's folder) or above it. The
+    search stops at the repository's root (a folder holding .git) and at a folder someone else
+    could have written (`unsafe`): a project file there is refused (SpecError naming it), since
+    whoever wrote it would choose the state, the token references and the files of every
+    command run below it."""
     folder = start.resolve()
     if not folder.is_dir():
         folder = folder.parent
     for candidate in (folder, *folder.parents):
-        if (candidate / PROJECT_FILE).is_file():
-            return candidate / PROJECT_FILE
+        found = candidate / PROJECT_FILE
+        why = unsafe(candidate)
+        if why is None and found.is_file():
+            why = unsafe(found)
+            where = found
+        else:
+            where = candidate
+        if why is not None:
+            if found.is_file():
+                raise SpecError([Problem(str(found), f"not used: {where} is not safe: {why}",
+                                         hint="keep the project in a folder only you can write "
+                                              "(`chmod go-w`), or pass --project FILE to use it "
+                                              "on purpose")])
+            return None
+        if found.is_file():
+            return found
+        if (candidate / ".git").exists():
+            return None  # the repository's root: a project above it is another one
     return None
 
 

@@ -2,7 +2,10 @@
 fingerprint, never the token.
 
     open_tokens("", local)                     file: this machine's FileSecrets ("file:clusters/gpu")
-    open_tokens("env://PREFIX", local)         a variable each: clusters/gpu-a -> PREFIX + "GPU_A"
+    open_tokens("env://PREFIX", local)         a variable each: clusters/gpu-a -> PREFIX + "GPU_A";
+                                               PREFIX begins with ORCHESTRATE_TOKEN_ (`env://`
+                                               alone is that), so a reference can name no other
+                                               variable ($HOME, $AWS_SECRET_ACCESS_KEY ...)
     open_tokens("aws-sm://PREFIX", local)      AWS Secrets Manager: secret PREFIX + "clusters/gpu"
 
 Errors name the reference, never the token.
@@ -18,9 +21,13 @@ from ..errors import ClusterError, StateError
 from .backend_s3 import aws_client, aws_code, aws_error
 from .secrets import FileSecrets, new_token
 
-SCHEMES = "file (the default), env://PREFIX (default ORCHESTRATE_TOKEN_), aws-sm://PREFIX"
+SCHEMES = ("file (the default), env://ORCHESTRATE_TOKEN_... (default ORCHESTRATE_TOKEN_), "
+           "aws-sm://PREFIX")
+# Every variable an env:// reference names begins with this (as Terraform reads only TF_VAR_*
+# variables): a project file or ORCHESTRATE_SECRETS cannot turn another variable of the
+# runner's environment into a "token" sent to a cluster.
 ENV_PREFIX = "ORCHESTRATE_TOKEN_"
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_NAME = re.compile(ENV_PREFIX + r"[A-Z0-9_]*")
 
 
 def fingerprint(token: str) -> str:
@@ -188,8 +195,11 @@ def open_tokens(url: str, local: FileSecrets) -> TokenSource:
     if url.startswith("env://"):
         prefix = url.removeprefix("env://")
         if prefix and not _ENV_NAME.fullmatch(prefix):
-            raise StateError(f"the secrets URL {url!r} does not end in a variable name prefix",
-                             hint="write it as env://PREFIX, e.g. env://ORCHESTRATE_TOKEN_")
+            raise StateError(f"the secrets URL {url!r} names variables outside "
+                             f"{ENV_PREFIX}*: env:// tokens are read only from variables whose "
+                             f"names begin with {ENV_PREFIX}",
+                             hint=f"write env:// (variables {ENV_PREFIX}<CLUSTER>) or "
+                                  f"env://{ENV_PREFIX}TEAM_ (capitals, digits, _)")
         return EnvTokens(prefix)
     if url.startswith("aws-sm://"):
         prefix = url.removeprefix("aws-sm://")

@@ -167,24 +167,26 @@ def test_project_file_problems_name_the_file_and_line(project, tmp_path):
 def test_a_runner_without_the_token_is_told_which_reference(project, monkeypatch):
     """env:// tokens: the state names the variable; a runner without it learns which."""
     document = yaml.safe_load((project.root / "orchestrate.yaml").read_text())
-    document["secrets"] = "env://ORC_TOKEN_"
+    document["secrets"] = "env://ORCHESTRATE_TOKEN_ORC_"
     (project.root / "orchestrate.yaml").write_text(yaml.safe_dump(document))
     ps = record_applied(project)
     doc = ps.read()
-    doc.resources["cluster/gpu"]["token"] = {"ref": "env://ORC_TOKEN_GPU",
+    doc.resources["cluster/gpu"]["token"] = {"ref": "env://ORCHESTRATE_TOKEN_ORC_GPU",
                                              "fingerprint": "sha256:0123456789abcdef"}
     ps.write(doc)
-    monkeypatch.delenv("ORC_TOKEN_GPU", raising=False)
+    monkeypatch.delenv("ORCHESTRATE_TOKEN_ORC_GPU", raising=False)
     done = cli(project, "plan")  # the refresh needs the token to reach the cluster
     assert done.returncode == 0, done.stderr
     # Drift: not checked, and why; not a restart of a cluster nobody could ask.
-    assert "cluster/gpu: not checked" in done.stdout and "env://ORC_TOKEN_GPU" in done.stdout
+    assert "cluster/gpu: not checked" in done.stdout and \
+        "env://ORCHESTRATE_TOKEN_ORC_GPU" in done.stdout
     assert "No changes" in done.stdout
     applying = cli(project, "apply", "-y", "--allow-destructive",
                    str(project.write("clusters", "gpu", cluster("gpu", project.key, max_workers=1,
                                                                  min_workers=1))))
     assert applying.returncode == 1
-    assert "cannot read" in applying.stderr and "env://ORC_TOKEN_GPU" in applying.stderr
+    assert "cannot read" in applying.stderr and \
+        "env://ORCHESTRATE_TOKEN_ORC_GPU" in applying.stderr
 
 
 def test_a_partial_plan_takes_only_the_projects_files(project, tmp_path):

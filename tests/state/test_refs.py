@@ -65,17 +65,17 @@ def test_a_damaged_token_file_names_the_ref_not_the_content(local):
 
 
 def test_env_tokens_map_keys_to_variables(local, monkeypatch):
-    tokens = open_tokens("env://CI_RAY_", local)
+    tokens = open_tokens("env://ORCHESTRATE_TOKEN_CI_", local)
     assert isinstance(tokens, EnvTokens) and tokens.scheme == "env"
-    assert tokens.ref(KEY) == "env://CI_RAY_GPU_A"
-    assert tokens.ref("clusters/x.y-z") == "env://CI_RAY_X_Y_Z"
-    monkeypatch.delenv("CI_RAY_GPU_A", raising=False)
+    assert tokens.ref(KEY) == "env://ORCHESTRATE_TOKEN_CI_GPU_A"
+    assert tokens.ref("clusters/x.y-z") == "env://ORCHESTRATE_TOKEN_CI_X_Y_Z"
+    monkeypatch.delenv("ORCHESTRATE_TOKEN_CI_GPU_A", raising=False)
     assert tokens.fetch(KEY) is None
     with pytest.raises(StateError) as error:
         tokens.create(KEY)
-    assert error.value.message.startswith("set CI_RAY_GPU_A ")
+    assert error.value.message.startswith("set ORCHESTRATE_TOKEN_CI_GPU_A ")
     assert "openssl rand -hex 32" in error.value.hint and "CI's secrets" in error.value.hint
-    monkeypatch.setenv("CI_RAY_GPU_A", "  s3cret-token\n")
+    monkeypatch.setenv("ORCHESTRATE_TOKEN_CI_GPU_A", "  s3cret-token\n")
     assert tokens.fetch(KEY) == "s3cret-token" == tokens.create(KEY)
     tokens.delete(KEY)
     assert tokens.fetch(KEY) == "s3cret-token"  # orchestrate never changes the environment
@@ -85,7 +85,20 @@ def test_env_prefix_defaults_and_must_be_a_name(local):
     assert open_tokens("env://", local).ref(KEY) == "env://ORCHESTRATE_TOKEN_GPU_A"
     with pytest.raises(StateError) as error:
         open_tokens("env://not-a-name", local)
-    assert "env://not-a-name" in error.value.message and "env://PREFIX" in error.value.hint
+    assert "env://not-a-name" in error.value.message and "env://ORCHESTRATE_TOKEN_" in \
+        error.value.hint
+
+
+@pytest.mark.parametrize("url", ["env://HOM", "env://AWS_", "env://CI_RAY_", "env://_",
+                                 "env://ORCHESTRATE_TOKEN", "env://orchestrate_token_"])
+def test_env_references_name_no_other_variable(url, local, monkeypatch):
+    """`secrets: env://HOM` with a cluster named `e` read $HOME as the cluster's token (and
+    `env://AWS_` with `secret-access-key` would read the AWS secret): every variable an env://
+    reference names begins with ORCHESTRATE_TOKEN_."""
+    monkeypatch.setenv("HOME", "/root")
+    with pytest.raises(StateError) as error:
+        open_tokens(url, local)
+    assert url in error.value.message and "ORCHESTRATE_TOKEN_" in error.value.message
 
 
 def test_unknown_schemes_list_the_known_ones(local):
