@@ -51,7 +51,7 @@ def torch_probabilities(checkpoint: Path, card: dict, x: np.ndarray) -> np.ndarr
     from orchestrator.workload.models import build_model
 
     model = build_model(card["model"], card["input_dim"])
-    model.load_state_dict(torch.load(checkpoint / "model.pt"))
+    model.load_state_dict(torch.load(checkpoint / "model.pt", weights_only=True))
     model.eval()
     with torch.no_grad():
         return torch.softmax(model(torch.as_tensor(x)), dim=1).numpy()
