@@ -62,9 +62,9 @@ def private_home() -> Path:
         return root
     if info.st_uid != os.getuid():
         raise ClusterError(f"the state folder {root} belongs to another user", hint=hint)
-    if info.st_mode & stat.S_ISVTX:
+    if info.st_mode & stat.S_ISVTX and info.st_mode & 0o022:
         raise ClusterError(f"the state folder {root} is writable by other users (a shared "
-                           f"folder, sticky bit set)", hint=hint)
+                           f"folder, as /tmp)", hint=hint)
     if stat.S_IMODE(info.st_mode) & 0o077:
         _tighten(root)
     return root
@@ -72,17 +72,20 @@ def private_home() -> Path:
 
 def _tighten(root: Path) -> None:
     """The home 0700, each folder in it 0700, each entry of its records 0600 (not following
-    symlinks: only what this user's orchestrate made)."""
-    os.chmod(root, 0o700)
-    for folder in root.iterdir():
-        if folder.is_symlink() or not folder.is_dir():
-            continue
-        with contextlib.suppress(OSError):
+    symlinks: only what this user's orchestrate made). A file system that keeps no modes
+    (some network mounts) is left as it is."""
+    try:
+        os.chmod(root, 0o700)
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        for folder in root.iterdir():
+            if folder.is_symlink() or not folder.is_dir():
+                continue
             os.chmod(folder, 0o700)
-        if folder.name in RECORDS:
-            for entry in folder.iterdir():
-                if entry.is_file() and not entry.is_symlink():
-                    with contextlib.suppress(OSError):
+            if folder.name in RECORDS:
+                for entry in folder.iterdir():
+                    if entry.is_file() and not entry.is_symlink():
                         os.chmod(entry, 0o600)
 
 
