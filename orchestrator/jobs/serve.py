@@ -76,9 +76,12 @@ def checkpoint_of(spec: ServiceSpec, state: State) -> str:
     assert source is not None  # the spec names exactly one source
     try:
         checkpoint = card.locate(source, which) if which else source
-        card.read(checkpoint)
+        found = card.read(checkpoint)
     except card.CardError as exc:
         raise _problem(spec, ("model",), str(exc)) from None
+    problem = card.undigested(found.run, found.card)   # the replica would refuse it: say so now
+    if problem:
+        raise _problem(spec, ("model",), problem)
     return checkpoint
 
 

@@ -155,19 +155,27 @@ def load(checkpoint_uri: str) -> Loaded:
     return Loaded(found.card, _preprocessor(found.run, found.card), checkpoint_uri, found.run)
 
 
+def undigested(run_uri: str, card: dict[str, Any]) -> str | None:
+    """Why the card's preprocessor will not be unpickled whatever its bytes (it records no
+    digest), or None. JSON only: `serve` says it before deploying."""
+    recorded = card.get(DIGEST_KEY)
+    if not card.get("preprocessor") or (isinstance(recorded, str) and recorded):
+        return None
+    return (f"the model card of the run {run_uri} records no digest of its fitted preprocessor "
+            f"({PREPROCESSOR_FILE}; orchestrate 0.2.0 and older wrote none), so it is not "
+            f"unpickled: run the experiment again, or, for a run you trust, add "
+            f"\"{DIGEST_KEY}\": \"<sha256sum of {PREPROCESSOR_FILE}>\" to its {MODEL_CARD}")
+
+
 def _preprocessor(run_uri: str, card: dict[str, Any]) -> Any:
     encoding = card.get("preprocessor")
     if not encoding:
         return None
-    path = storage.join(run_uri, RESULTS_FOLDER, PREPROCESSOR_FILE)
-    recorded = card.get(DIGEST_KEY)
-    if not isinstance(recorded, str) or not recorded:
-        raise CardError(f"the model card of the run {run_uri} records no digest of its fitted "
-                        f"preprocessor ({PREPROCESSOR_FILE}; orchestrate 0.2.0 and older wrote "
-                        f"none), so it is not unpickled: run the experiment again, or, for a run "
-                        f"you trust, add \"{DIGEST_KEY}\": \"<sha256sum of {PREPROCESSOR_FILE}>\" "
-                        f"to its {MODEL_CARD}")
-    data = storage.read_bytes(path)
+    problem = undigested(run_uri, card)
+    if problem:
+        raise CardError(problem)
+    recorded = str(card[DIGEST_KEY])
+    data = storage.read_bytes(storage.join(run_uri, RESULTS_FOLDER, PREPROCESSOR_FILE))
     if data is None:
         raise CardError(f"the run {run_uri} has a model card but lost its fitted preprocessor "
                         f"({PREPROCESSOR_FILE})")

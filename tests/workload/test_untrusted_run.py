@@ -121,7 +121,7 @@ def test_the_job_refuses_a_preprocessor_that_is_not_the_one_the_run_wrote(tmp_pa
     assert not marker.exists()
 
 
-def test_the_job_refuses_a_card_without_a_digest(tmp_path):
+def test_the_job_refuses_a_card_without_a_digest(tmp_path, capsys):
     """A card written before orchestrate recorded the preprocessor's digest: refused, with the
     way out (train again, or record the digest of a run you trust)."""
     marker = tmp_path / "ran"
@@ -132,6 +132,12 @@ def test_the_job_refuses_a_card_without_a_digest(tmp_path):
     assert "records no digest" in message and "preprocessor_sha256" in message
     assert "run the experiment again" in message
     assert not marker.exists()
+
+    service_file = service(tmp_path, checkpoint=str(checkpoint))   # `serve` says it first
+    assert main(["serve", str(service_file)]) == 1
+    err = capsys.readouterr().err
+    assert f"{service_file}:" in err and "model: the model card of the run" in err
+    assert "records no digest" in err and not marker.exists()
 
 
 def test_a_digest_that_matches_is_unpickled_in_the_job(tmp_path):
