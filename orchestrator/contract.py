@@ -164,7 +164,8 @@ class PredictConfig(TypedDict):
 
 class ServeUserConfig(TypedDict):
     checkpoint: str                 # the checkpoint folder (absolute or a URI)
-    token_sha256: str | None        # None: `auth: none`
+    auth: str                       # "token" or "none"; anything else, or no key: every route refused
+    token_sha256: str | None        # with auth "token": the token's SHA-256 (64 hex digits)
     max_batch_size: int
     batch_wait_timeout_s: float
     use_gpu: bool

@@ -26,7 +26,7 @@ from ..render.experiment import dataset_path, guess_format, ship
 from ..render.predict import PredictPlan, PredictRequest, Settings, render_predict
 from ..state import ClusterRecord, State
 from ..util.progress import Progress
-from ..util.uris import is_uri
+from ..util.uris import CREDENTIALS_HINT, CREDENTIALS_MESSAGE, has_credentials, is_uri
 from ..util.workdir import WorkingDir
 from .client import JobsClient
 from .experiment import Ran, jobs_target, latest_run, leave_running, outcome
@@ -64,6 +64,11 @@ def _problem(message: str, field: str, hint: str | None = None) -> SpecError:
 
 def resolve(options: PredictOptions, state: State) -> tuple[PredictRequest, Where]:
     """The request and where it runs; SpecError/JobError for a source that is not there."""
+    secret = [field for value, field in ((options.source, "SOURCE"), (options.data, "--data"),
+                                         (options.output, "--output")) if has_credentials(value)]
+    if secret:
+        raise SpecError([Problem("orchestrate predict", CREDENTIALS_MESSAGE, field=field,
+                                 hint=CREDENTIALS_HINT) for field in secret])
     spec: ExperimentSpec | None = None
     record = None
     if options.source.endswith(EXPERIMENT_SUFFIXES) and not is_uri(options.source):

@@ -62,7 +62,8 @@ def _problem(spec: ServiceSpec, field: tuple[str, ...], message: str,
 
 
 def checkpoint_of(spec: ServiceSpec, state: State) -> str:
-    """The checkpoint folder the service serves, checked to have a model card."""
+    """The checkpoint folder the service serves, checked to have a model card (read as JSON:
+    the preprocessor is unpickled only by the replica, `workload.card.load`)."""
     from ..workload import card
 
     source, which = spec.source, spec.checkpoint
@@ -75,9 +76,12 @@ def checkpoint_of(spec: ServiceSpec, state: State) -> str:
     assert source is not None  # the spec names exactly one source
     try:
         checkpoint = card.locate(source, which) if which else source
-        card.load(checkpoint)
+        found = card.read(checkpoint)
     except card.CardError as exc:
         raise _problem(spec, ("model",), str(exc)) from None
+    problem = card.undigested(found.run, found.card)   # the replica would refuse it: say so now
+    if problem:
+        raise _problem(spec, ("model",), problem)
     return checkpoint
 
 

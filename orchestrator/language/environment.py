@@ -11,11 +11,17 @@ can open. Each local path gets a comment with its content's digest (render.exper
 files shipped, for a path inside the working_dir), so a rebuilt wheel gives Ray's pip cache
 (keyed by the list's text) a new key. `-r FILE` lines are read here, relative to the file that
 names them; other pip options that name a local path are refused (they would not reach the job).
+
+A requirements file (named by `pip:`/`uv:` or by `-r`) is read only if it is a regular file of at
+most `MAX_REQUIREMENTS_FILE` bytes inside the experiment file's folder or its working_dir (symlinks
+resolved first): `/proc/self/environ` or `/dev/zero` are refused unread, and an error names the
+file, never a line of one that was refused.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,7 @@ PATH_OPTIONS = ("-c", "--constraint", "-e", "--editable", "-f", "--find-links")
 IN_WORKING_DIR = "${RAY_RUNTIME_ENV_CREATE_WORKING_DIR}"
 RESERVED = (CONFIG_ENV, SECRET_NAMES_ENV)
 ARCHIVES = (".whl", ".tar.gz", ".tgz", ".zip", ".tar.bz2")
+MAX_REQUIREMENTS_FILE = 1024 * 1024   # bytes: a requirements file is read whole, at validation
 
 
 @dataclass(frozen=True)
@@ -71,21 +78,24 @@ def section(data: dict[str, Any]) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def requirements(doc: Document, base: Path) -> tuple[list[Requirement], list[Problem]]:
+def requirements(doc: Document, base: Path,
+                 working_dir: Path) -> tuple[list[Requirement], list[Problem]]:
     """The requirement lines of `pip:` or `uv:` (a list, or a requirements file's lines), with
-    where each was written; problems for a requirements file that cannot be read."""
+    where each was written; problems for a requirements file that cannot be read, or may not
+    be (outside `base`, the experiment file's folder, and `working_dir`)."""
     env = section(doc.data)
     key = next((k for k in INSTALLERS if k in env), None)
     if key is None:
         return [], []
     value = env[key]
+    roots = (_resolved(base), _resolved(working_dir))
     if isinstance(value, list):
         listed = [Requirement(_uncommented(str(text)), doc.file,
                               doc.line_of(("runtime_env", key, i)), f"runtime_env.{key}[{i}]")
                   for i, text in enumerate(value)]
-        return _included(listed, base, set())
+        return _included(listed, base, set(), roots)
     where = Requirement(str(value), doc.file, doc.line_of(("runtime_env", key)), f"runtime_env.{key}")
-    found, problems = _read(local(base, str(value)), where, base, set())
+    found, problems = _read(local(base, str(value)), where, base, set(), roots)
     if not found and not problems:
         problems = [doc.problem(("runtime_env", key), f"the requirements file {value!r} lists "
                                 f"no requirements")]
@@ -104,26 +114,58 @@ def _option(text: str) -> tuple[str, str]:
     return text[:2], text[2:].strip()
 
 
-def _read(path: Path, named_by: Requirement, base: Path,
-          seen: set[Path]) -> tuple[list[Requirement], list[Problem]]:
+def _read(path: Path, named_by: Requirement, base: Path, seen: set[Path],
+          roots: tuple[Path, ...]) -> tuple[list[Requirement], list[Problem]]:
     """The requirement lines of the requirements file `path` (named by `named_by`, relative to
-    `base`), its `-r` files read in their place."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        reason = "does not exist" if not holds(path) else f"cannot be read ({exc})"
-        text = _option(named_by.text)[1] if named_by.text.startswith("-") else named_by.text
-        return [], [Problem(named_by.file, f"the requirements file {text!r} {reason} (relative "
-                            f"paths start at {base})", line=named_by.line, field=named_by.field)]
+    `base`), its `-r` files read in their place; only a small regular file under `roots`."""
+    text = _option(named_by.text)[1] if named_by.text.startswith("-") else named_by.text
+    reason = _unreadable(path, base, roots)
+    if reason is None:
+        try:
+            lines = path.read_bytes().decode("utf-8").splitlines()
+        except UnicodeDecodeError:
+            reason = "is not UTF-8 text"
+        except OSError as exc:   # the file changed since it was looked at
+            reason = f"cannot be read ({exc.strerror or type(exc).__name__})"
+    if reason is not None:
+        return [], [Problem(named_by.file, f"the requirements file {text!r} {reason}",
+                            line=named_by.line, field=named_by.field)]
     seen = seen | {path}
     found = [Requirement(_uncommented(raw), str(path), number, named_by.field)
              for number, raw in enumerate(lines, 1)
              if _uncommented(raw) and not raw.strip().startswith("#")]
-    return _included(found, path.parent, seen)
+    return _included(found, path.parent, seen, roots)
 
 
-def _included(found: list[Requirement], base: Path,
-              seen: set[Path]) -> tuple[list[Requirement], list[Problem]]:
+def _unreadable(path: Path, base: Path, roots: tuple[Path, ...]) -> str | None:
+    """Why the requirements file `path` (resolved; named relative to `base`) is not read, or
+    None: a regular file of at most MAX_REQUIREMENTS_FILE bytes inside one of `roots`."""
+    if not any(_inside(path, root) for root in roots):
+        folders = f"({roots[0]})" if roots[0] == roots[-1] else f"({roots[0]}) and its " \
+            f"working_dir ({roots[-1]})"
+        return (f"is outside the experiment's folder {folders}; a requirements file must be "
+                f"inside one of them")
+    try:
+        info = path.stat()
+    except (OSError, ValueError):
+        return f"does not exist (relative paths start at {base})"
+    if not stat.S_ISREG(info.st_mode):
+        return "is not a regular file"
+    if info.st_size > MAX_REQUIREMENTS_FILE:
+        return (f"is larger than {MAX_REQUIREMENTS_FILE // (1024 * 1024)} MiB (requirements "
+                f"files are read whole)")
+    return None
+
+
+def _resolved(folder: Path) -> Path:
+    try:
+        return folder.resolve()
+    except (OSError, RuntimeError):
+        return folder
+
+
+def _included(found: list[Requirement], base: Path, seen: set[Path],
+              roots: tuple[Path, ...]) -> tuple[list[Requirement], list[Problem]]:
     """`found` with each `-r FILE` line replaced by that file's lines."""
     result: list[Requirement] = []
     problems: list[Problem] = []
@@ -137,7 +179,7 @@ def _included(found: list[Requirement], base: Path,
             problems.append(Problem(req.file, f"{req.text!r} includes a file already being read",
                                     line=req.line, field=req.field))
             continue
-        more, wrong = _read(path, req, base, seen)
+        more, wrong = _read(path, req, base, seen, roots)
         result += more
         problems += wrong
     return result, problems
@@ -198,7 +240,7 @@ def problems(doc: Document, base: Path, working_dir: Path, remote: bool) -> list
     found: list[Problem] = []
     if all(k in env for k in INSTALLERS):
         found.append(doc.problem(("runtime_env", "uv"), "give either 'pip' or 'uv', not both"))
-    reqs, found_here = requirements(doc, base)
+    reqs, found_here = requirements(doc, base, working_dir)
     found += found_here
     for req in reqs:
         resolved, error = _classify(req, Path(req.file).parent if req.file != doc.file else base)
@@ -226,7 +268,7 @@ def _inside(path: Path, folder: Path) -> bool:
 def resolve(doc: Document, base: Path, working_dir: Path) -> Environment:
     """The experiment's environment as the job gets it (the file was checked by `problems`)."""
     env = section(doc.data)
-    reqs, _ = requirements(doc, base)
+    reqs, _ = requirements(doc, base, working_dir)
     packages = []
     for req in reqs:
         resolved, _error = _classify(req, Path(req.file).parent if req.file != doc.file else base)

@@ -13,7 +13,7 @@ from .. import trainers
 from ..contract import DOMAINS, LIST_DOMAINS
 from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
-from ..util.uris import is_uri
+from ..util.uris import CREDENTIALS_HINT, CREDENTIALS_MESSAGE, has_credentials, is_uri
 from ..yamlload import Document, FieldPath, load_file
 from . import environment
 from .cluster import ClusterSpec, load_cluster
@@ -115,9 +115,16 @@ def _path_problems(doc: Document, data: dict[str, Any], base: Path, working_dir:
                 or holds(working_dir / module / "__init__.py", Path.is_file)):
             problems.append(doc.problem(("train_loop",), f"no module '{data['train_loop'].split(':')[0]}' "
                                         f"in working_dir {working_dir}"))
+    storage = (data.get("run_config") or {}).get("storage_path")
+    if isinstance(storage, str) and has_credentials(storage):
+        problems.append(doc.problem(("run_config", "storage_path"), CREDENTIALS_MESSAGE,
+                                    CREDENTIALS_HINT))
     for name, dataset in (data.get("datasets") or {}).items():
         path = dataset["path"]
-        if not is_uri(path) and not holds(local(base, path)):
+        if has_credentials(path):
+            problems.append(doc.problem(("datasets", name, "path"), CREDENTIALS_MESSAGE,
+                                        CREDENTIALS_HINT))
+        elif not is_uri(path) and not holds(local(base, path)):
             problems.append(doc.problem(("datasets", name, "path"), f"'{path}' does not exist "
                                         f"(relative paths start at {base})"))
     return problems

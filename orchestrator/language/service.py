@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Problem, SpecError
-from ..util.uris import is_uri
+from ..util.uris import CREDENTIALS_HINT, CREDENTIALS_MESSAGE, has_credentials, is_uri
 from ..yamlload import Document, load_file
 from .experiment import cluster_of, load_experiment
 from .paths import holds, local
@@ -62,6 +62,11 @@ def _local(base: Path, value: str) -> str:
 def _model(doc: Document, base: Path,
            here: bool) -> tuple[ExperimentSpec | None, str | None, str, list[Problem]]:
     model = doc.data["model"]
+    secret = [k for k in ("run", "checkpoint") if isinstance(model.get(k), str)
+              and has_credentials(model[k])]
+    if secret:
+        return None, None, "", [doc.problem(("model", k), CREDENTIALS_MESSAGE, CREDENTIALS_HINT)
+                                for k in secret]
     named = [k for k in ("experiment", "run") if k in model]
     if len(named) > 1 or (not named and "checkpoint" not in model):
         return None, None, "", [doc.problem(("model",), "give exactly one of 'experiment', 'run' "

@@ -255,14 +255,16 @@ def _with_digest(requirement: str, shipped: WorkingDir | None) -> str:
 
 def ship(spec: ExperimentSpec) -> WorkingDir:
     """The files of the working_dir the job will carry: all but orchestrate's default excludes,
-    the experiment's `runtime_env.excludes`, the run's own storage_path when it lies inside, and
-    what .gitignore / .rayignore files leave out (as Ray does). The one place this layer reads
-    files; an input of `render_job`."""
+    the experiment's `runtime_env.excludes`, the run's own storage_path and ORCHESTRATE_HOME
+    (tokens, what this machine ran) when they lie inside, and what .gitignore / .rayignore files
+    leave out (as Ray does). The one place this layer reads files; an input of `render_job`."""
     import os
+
+    from ..state.folder import home
 
     storage = resolve_config(spec)["run_config"].get("storage_path")
     extra = list((spec.document.get("runtime_env") or {}).get("excludes") or [])
-    excludes = excludes_for(spec.working_dir, extra, [storage] if storage and not is_uri(storage)
-                            else [])
+    inside = [storage] if storage and not is_uri(storage) else []
+    excludes = excludes_for(spec.working_dir, extra, [*inside, str(home())])
     return scan(spec.working_dir, excludes,
                 include_gitignore=os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1")

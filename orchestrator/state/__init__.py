@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ClusterError
-from .folder import FolderStore, home, is_valid_name
+from .folder import FolderStore, home, is_valid_name, private_home
 from .secrets import FileSecrets
 from .store import (
     FAILED,
@@ -36,8 +36,9 @@ class State:
 
     @classmethod
     def here(cls) -> State:
-        """This machine's state folder and secrets ($ORCHESTRATE_HOME, default ~/.orchestrate)."""
-        root = home()
+        """This machine's state folder and secrets ($ORCHESTRATE_HOME, default ~/.orchestrate),
+        private (`folder.private_home`)."""
+        root = private_home()
         secrets = FileSecrets(root / "secrets")
         _adopt_old_tokens(root, secrets)
         return cls(FolderStore(root), secrets)

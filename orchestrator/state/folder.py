@@ -9,7 +9,9 @@
     runs/<run name>.json               the last results of a run, for `orchestrate results`
 
 Every file is written atomically (temporary file, fsync, rename), so a crash or a concurrent
-reader never sees half a file; folders are private (0700). Tokens are not here: see secrets.py.
+reader never sees half a file; the home and its folders are private (0700), its files 0600
+(`private_home`, on first use, tightens a home an older version left 0755). Tokens are not
+here: see secrets.py.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +40,53 @@ _KEY = re.compile(r"[^A-Za-z0-9._-]")
 def home() -> Path:
     """The one place that reads ORCHESTRATE_HOME."""
     return Path(os.environ.get("ORCHESTRATE_HOME") or Path.home() / ".orchestrate")
+
+
+RECORDS = ("jobs", "runs", "services")   # one JSON file per entry, written by FolderStore
+
+
+def private_home() -> Path:
+    """home(), private: made 0700 if missing; one that another user owns, or that is a shared
+    folder (the sticky bit, as /tmp) is refused; one left wider (0.2.0 made it 0755, its
+    entries 0644) is tightened, with its folders and the entries of jobs/, runs/, services/.
+    A home that cannot be made (a file in its place) is left to the first write to report."""
+    root = home()
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = root.stat()
+    except OSError:
+        return root
+    hint = ("set ORCHESTRATE_HOME to a folder of your own (default ~/.orchestrate); it holds "
+            "tokens and what this machine ran")
+    if not stat.S_ISDIR(info.st_mode):
+        return root
+    if info.st_uid != os.getuid():
+        raise ClusterError(f"the state folder {root} belongs to another user", hint=hint)
+    if info.st_mode & stat.S_ISVTX and info.st_mode & 0o022:
+        raise ClusterError(f"the state folder {root} is writable by other users (a shared "
+                           f"folder, as /tmp)", hint=hint)
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        _tighten(root)
+    return root
+
+
+def _tighten(root: Path) -> None:
+    """The home 0700, each folder in it 0700, each entry of its records 0600 (not following
+    symlinks: only what this user's orchestrate made). A file system that keeps no modes
+    (some network mounts) is left as it is."""
+    try:
+        os.chmod(root, 0o700)
+    except OSError:
+        return
+    with contextlib.suppress(OSError):
+        for folder in root.iterdir():
+            if folder.is_symlink() or not folder.is_dir():
+                continue
+            os.chmod(folder, 0o700)
+            if folder.name in RECORDS:
+                for entry in folder.iterdir():
+                    if entry.is_file() and not entry.is_symlink():
+                        os.chmod(entry, 0o600)
 
 
 def is_valid_name(name: str) -> bool:

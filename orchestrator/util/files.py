@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 
-def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
-    """Write to a temporary file in the same folder, fsync, then rename over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o600) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename over `path`; private
+    unless `mode` says otherwise (a folder it makes is 0700)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         os.fchmod(fd, mode)

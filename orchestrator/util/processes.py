@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..errors import require
+from ..errors import OrchestrateError, require
 from .waiting import until
 
 # SIGINT first: `ray up` and `ray down` clean up on it; then TERM, then KILL.
@@ -60,7 +60,10 @@ def ray_command(*args: str) -> list[str]:
 
 def names_in_command_line(pid: int, fragment: str) -> bool:
     """Whether process `pid` runs and has `fragment` in its command line: a pid is ours before
-    we signal it, not a stranger that got the number after ours exited."""
+    we signal it, not a stranger that got the number after ours exited. An empty fragment (or
+    "/" alone: a damaged record) names nothing."""
+    if not fragment.strip("/"):
+        return False
     require("psutil", "psutil", "ray")
     import psutil
 
@@ -118,13 +121,30 @@ def stop_group(pgid: int, *, timeout: float) -> None:
         os.waitpid(pgid, 0)
 
 
+# The only folders `kill_naming` may name: the embedded Ray's temp dirs (`reach.embedded.start`:
+# tempfile.mkdtemp(prefix="orc-", dir="/tmp")). Anything wider, "" or "/" from a damaged record,
+# would match the arguments of nearly every process.
+KILLABLE_PARENT, KILLABLE_PREFIX = "/tmp", "orc-"
+
+
 def kill_naming(fragment: str) -> None:
     """SIGKILL every process (but this one) with an argument that ends with the path `fragment`
-    (`--temp-dir=/tmp/x`) or names something inside it: what a child left outside its group."""
+    (`--temp-dir=/tmp/x`) or names something inside it: what a child left outside its group.
+    `fragment` must be an embedded Ray's temp dir, /tmp/orc-<something>; anything else is
+    refused (OrchestrateError) before a process is looked at."""
+    needle = fragment.rstrip("/")
+    name = os.path.basename(needle)
+    if os.path.normpath(needle) != needle or os.path.dirname(needle) != KILLABLE_PARENT \
+            or not name.startswith(KILLABLE_PREFIX) or len(name) <= len(KILLABLE_PREFIX):
+        raise OrchestrateError(
+            f"refusing to stop processes by the path {fragment!r}: it is not a temp folder of "
+            f"the embedded Ray ({KILLABLE_PARENT}/{KILLABLE_PREFIX}*)",
+            hint="the embedded Ray's record ($ORCHESTRATE_HOME/local-ray/record.json) may be "
+                 "damaged: stop its processes by hand (their command lines name its temp "
+                 "folder), then remove the record")
     require("psutil", "psutil", "ray")
     import psutil
 
-    needle = fragment.rstrip("/")
     for proc in psutil.process_iter(["cmdline"]):
         if proc.pid == os.getpid():
             continue

@@ -8,10 +8,17 @@ train split, in Ray Data's own serialization (`Preprocessor.serialize`). Each ch
 metadata (`Checkpoint.update_metadata`) names its run, so a checkpoint that moved keeps its way
 back; a checkpoint still in its run's folder also finds the card there.
 
-Loading the preprocessor is unpickling: load only runs you (or your pipeline) wrote.
+Loading the preprocessor is unpickling, so it happens only where the work runs (the predict
+job, the Serve replica), never on the operator's machine: `read` (used by `serve` and `render`)
+reads JSON only, and `load` unpickles the preprocessor only if its bytes have the SHA-256 the
+run recorded in the card (`preprocessor_sha256`) when it wrote them. A card without that digest
+(written before orchestrate recorded one) is refused: run the experiment again. The digest
+proves the file is the one its run wrote, not that the run is honest: load only runs you (or
+your pipeline) wrote.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, cast
@@ -22,6 +29,8 @@ from .configs import best_from_history, checkpoint_section
 from .data import Prepared
 
 METADATA_KEY = "orchestrate_run"  # in each checkpoint's metadata: the run folder it belongs to
+CHECKPOINT_METADATA = ".metadata.json"  # Ray Train's `Checkpoint.get_metadata` file (JSON)
+DIGEST_KEY = "preprocessor_sha256"      # in the card: the SHA-256 of preprocessor.bin's bytes
 MODEL_FILES = tuple(t.CHECKPOINT_FILE for t in trainers.JOB_TRAINERS.values())  # each trainer's
 
 
@@ -34,8 +43,8 @@ def class_names(config: JobConfig) -> list[Any] | None:
     return trainers.get(config["trainer"]).class_names(config)
 
 
-def make_card(config: JobConfig, prepared: Prepared, *,
-              preprocessor_encoding: str | None) -> dict[str, Any]:
+def make_card(config: JobConfig, prepared: Prepared, *, preprocessor_encoding: str | None,
+              preprocessor_sha256: str | None = None) -> dict[str, Any]:
     """`prepared.columns`: the train split as read; `prepared.features`: after the
     preprocessor, in model order."""
     label = config.get("label_column") or "label"
@@ -58,6 +67,7 @@ def make_card(config: JobConfig, prepared: Prepared, *,
         "class_names": names,
         "objective": (config.get("params") or {}).get("objective"),
         "preprocessor": preprocessor_encoding,
+        DIGEST_KEY: preprocessor_sha256,
         "checkpoint_config": checkpoint_section(config),
     }
 
@@ -66,19 +76,28 @@ def save(run_uri: str, config: JobConfig, prepared: Prepared) -> None:
     """Write the card and the fitted preprocessor (serialized once) into the run's results
     folder."""
     folder = storage.join(run_uri, RESULTS_FOLDER)
-    encoding = None
+    encoding = digest = None
     if prepared.preprocessor is not None:
         data = prepared.preprocessor.serialize()
         encoding = "text" if isinstance(data, str) else "bytes"
-        storage.write_bytes(storage.join(folder, PREPROCESSOR_FILE),
-                            data.encode() if isinstance(data, str) else data)
-    card = make_card(config, prepared, preprocessor_encoding=encoding)
+        written = data.encode() if isinstance(data, str) else data
+        digest = hashlib.sha256(written).hexdigest()
+        storage.write_bytes(storage.join(folder, PREPROCESSOR_FILE), written)
+    card = make_card(config, prepared, preprocessor_encoding=encoding, preprocessor_sha256=digest)
     storage.write_bytes(storage.join(folder, MODEL_CARD), json.dumps(card, indent=2).encode())
 
 
 def mark_checkpoint(checkpoint: Any, run_uri: str) -> None:
     """Name the run in a reported checkpoint's metadata (a Ray Train `Checkpoint`)."""
     checkpoint.update_metadata({METADATA_KEY: run_uri})
+
+
+@dataclass(frozen=True)
+class Found:
+    """A checkpoint's card, read as JSON only (what the operator's machine may do)."""
+    card: dict[str, Any]
+    checkpoint: str                # the checkpoint folder (path or URI)
+    run: str                       # the run folder the card came from
 
 
 @dataclass(frozen=True)
@@ -113,30 +132,59 @@ def locate(path: str, which: str) -> str:
     return best_from_history(history, card.get("checkpoint_config") or {}) or cast(str, kept[-1])
 
 
-def load(checkpoint_uri: str) -> Loaded:
-    """The card and fitted preprocessor of a checkpoint's run."""
-    from ray.train import Checkpoint
-
-    run = Checkpoint(checkpoint_uri).get_metadata().get(METADATA_KEY)
-    candidates = [run] if run else []
+def read(checkpoint_uri: str) -> Found:
+    """The card of a checkpoint's run, and that run: JSON only (the checkpoint's metadata and
+    the card), nothing unpickled, no Ray imported. For the operator's machine."""
+    metadata = _json(storage.join(checkpoint_uri, CHECKPOINT_METADATA)) or {}
+    run = metadata.get(METADATA_KEY)
+    candidates = [run] if isinstance(run, str) and run else []
     candidates.append(checkpoint_uri.rstrip("/").rsplit("/", 1)[0])
     for run_uri in candidates:
         card = _json(storage.join(run_uri, RESULTS_FOLDER, MODEL_CARD))
         if card is not None:
-            return Loaded(card, _preprocessor(run_uri, card), checkpoint_uri, run_uri)
+            return Found(card, checkpoint_uri, run_uri)
     raise CardError(f"the checkpoint {checkpoint_uri} has no model card ({MODEL_CARD}) in its "
                     f"run's {RESULTS_FOLDER}/ folder: it was written by an older orchestrate, by "
                     f"a run with its own train_loop, or moved away from its run")
+
+
+def load(checkpoint_uri: str) -> Loaded:
+    """The card and fitted preprocessor of a checkpoint's run: only in the job or the Serve
+    replica (the preprocessor is unpickled, once its digest matches the card's)."""
+    found = read(checkpoint_uri)
+    return Loaded(found.card, _preprocessor(found.run, found.card), checkpoint_uri, found.run)
+
+
+def undigested(run_uri: str, card: dict[str, Any]) -> str | None:
+    """Why the card's preprocessor will not be unpickled whatever its bytes (it records no
+    digest), or None. JSON only: `serve` says it before deploying."""
+    recorded = card.get(DIGEST_KEY)
+    if not card.get("preprocessor") or (isinstance(recorded, str) and recorded):
+        return None
+    return (f"the model card of the run {run_uri} records no digest of its fitted preprocessor "
+            f"({PREPROCESSOR_FILE}; orchestrate 0.2.0 and older wrote none), so it is not "
+            f"unpickled: run the experiment again, or, for a run you trust, add "
+            f"\"{DIGEST_KEY}\": \"<sha256sum of {PREPROCESSOR_FILE}>\" to its {MODEL_CARD}")
 
 
 def _preprocessor(run_uri: str, card: dict[str, Any]) -> Any:
     encoding = card.get("preprocessor")
     if not encoding:
         return None
+    problem = undigested(run_uri, card)
+    if problem:
+        raise CardError(problem)
+    recorded = str(card[DIGEST_KEY])
     data = storage.read_bytes(storage.join(run_uri, RESULTS_FOLDER, PREPROCESSOR_FILE))
     if data is None:
         raise CardError(f"the run {run_uri} has a model card but lost its fitted preprocessor "
                         f"({PREPROCESSOR_FILE})")
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != recorded.lower():
+        raise CardError(f"the fitted preprocessor of the run {run_uri} ({PREPROCESSOR_FILE}, "
+                        f"sha256 {actual[:16]}...) does not match the digest its model card "
+                        f"recorded (sha256 {recorded[:16]}...): it changed after the run wrote "
+                        f"it, so it is not unpickled")
     from ray.data.preprocessor import SerializablePreprocessorBase
 
     return SerializablePreprocessorBase.deserialize(data.decode() if encoding == "text" else data)

@@ -19,20 +19,30 @@ own, so every route but healthz checks `Authorization: Bearer <token>` here.
 import asyncio
 import hashlib
 import hmac
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from ..contract import ServeUserConfig
 
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
-def token_matches(header: str | None, expected_sha256: str | None) -> bool:
-    """`Authorization: Bearer <token>` against the hash (None: the service has `auth: none`)."""
-    if expected_sha256 is None:
+
+def token_matches(header: str | None, config: Mapping[str, Any]) -> bool:
+    """`Authorization: Bearer <token>` against the user_config's hash. Fails closed: only
+    `auth: "none"`, written out, lets a request without the token in; a config whose hash is
+    missing or not a SHA-256 (hand-made, from another version, not yet applied) refuses all."""
+    if config.get("auth") == "none":
         return True
+    expected = config.get("token_sha256")
+    if config.get("auth") != "token" or not isinstance(expected, str) \
+            or not SHA256.fullmatch(expected):
+        return False
     scheme, _, token = (header or "").partition(" ")
-    if scheme.lower() != "bearer" or not token:
+    if scheme.lower() != "bearer" or not token.strip():
         return False
     digest = hashlib.sha256(token.strip().encode()).hexdigest()
-    return hmac.compare_digest(digest, expected_sha256)
+    return hmac.compare_digest(digest, expected)
 
 
 def rows_of(body: Any) -> Any:
@@ -75,10 +85,10 @@ def build(args: dict[str, Any]) -> Any:
         def __init__(self) -> None:
             self.predictor: inference.Predictor | None = None
             self.loaded: card.Loaded | None = None
-            self.token_sha256: str | None = None
+            self.auth: Mapping[str, Any] = {}   # until reconfigure: every route refused
 
         async def reconfigure(self, config: ServeUserConfig) -> None:
-            self.token_sha256 = config.get("token_sha256")
+            self.auth = {"auth": config.get("auth"), "token_sha256": config.get("token_sha256")}
             batched: Any = self.predict_rows  # serve.batch's wrapper: set_* change it live
             batched.set_max_batch_size(int(config.get("max_batch_size", 1)))
             batched.set_batch_wait_timeout_s(float(config.get("batch_wait_timeout_s", 0.0)))
@@ -105,7 +115,7 @@ def build(args: dict[str, Any]) -> Any:
 
         def refused(self, request: Request) -> JSONResponse | None:
             """401 without the token, 503 before the model is loaded; None: go on."""
-            if not token_matches(request.headers.get("authorization"), self.token_sha256):
+            if not token_matches(request.headers.get("authorization"), self.auth):
                 return JSONResponse({"error": "missing or wrong token"}, status_code=401,
                                     headers={"WWW-Authenticate": "Bearer"})
             if self.loaded is None:

@@ -86,3 +86,20 @@ def test_more_than_ray_accepts_is_refused_before_anything_starts(tmp_path, monke
     assert code == 1, err  # a problem the user can fix (docs/commands.md: exit codes)
     assert f"{path}:{problem.line}: working_dir: " in err
     assert "embedded Ray" not in err and "Traceback" not in err  # refused before any Ray started
+
+
+def test_an_orchestrate_home_inside_the_working_dir_is_not_shipped(tmp_path, monkeypatch):
+    """ORCHESTRATE_HOME holds the tokens of every cluster and service: one that lies inside an
+    experiment's folder (`ORCHESTRATE_HOME=.orchestrate` in a project) never goes to a cluster."""
+    path = experiment(tmp_path / "exp")
+    home = tmp_path / "exp" / "state" / "home"
+    monkeypatch.setenv("ORCHESTRATE_HOME", str(home))
+    from orchestrator.state import State
+
+    State.here().secrets.ensure("clusters/c1")
+    assert list(home.rglob("c1"))
+    plan = prepare(load_experiment(path), RunOptions(), print)
+    assert "/state/home/" in plan.runtime_env["excludes"]
+    shipped = workdir.scan(tmp_path / "exp", tuple(plan.runtime_env["excludes"]))
+    names = [name for name, _ in shipped.files]
+    assert "quickstart.yaml" in names and not [n for n in names if n.startswith("state/")]

@@ -219,3 +219,52 @@ def test_an_unset_from_env_variable_does_not_fail_validate(tmp_path, monkeypatch
     assert main(["validate", str(path)]) == 0
     with pytest.raises(SpecError):
         load_experiment(write(tmp_path, {"env_vars": {"TOKEN": {"from_env": "lower-case"}}}))
+
+
+def test_a_requirements_file_outside_the_experiment_is_refused_unread(tmp_path, capsys):
+    """`pip: /proc/self/environ` printed the environment line by line; `/dev/zero` read until
+    memory ran out. Both are refused before a byte is read, and nothing of them is echoed."""
+    first = Path("/proc/self/environ").read_bytes().split(b"\0")[0].decode(errors="replace")
+    for named in ("/proc/self/environ", "/dev/zero"):
+        for runtime_env in ({"pip": named}, {"uv": ["numpy", f"-r {named}"]}):
+            path = write(tmp_path, runtime_env)
+            assert main(["validate", str(path)]) == 1
+            err = capsys.readouterr().err
+            [error] = [line for line in err.splitlines() if line.startswith("ERROR")]
+            assert f"the requirements file '{named}' is outside the experiment's folder" in error
+            assert error.startswith(f"ERROR   {path}:")
+            assert "runtime_env." in error
+            assert first not in err and "PATH=" not in err
+
+
+def test_a_symlink_out_of_the_folder_is_refused(tmp_path, capsys):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "reqs.txt").write_text("SECRET_VALUE=hunter2\n")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "requirements.txt").symlink_to(outside / "reqs.txt")
+    [error] = errors(write(project, {"pip": "requirements.txt"}), capsys)
+    assert "the requirements file 'requirements.txt' is outside the experiment's folder" in error
+    assert "hunter2" not in error
+    (project / "requirements.txt").unlink()   # a link that stays inside is followed
+    (project / "loop" / "reqs.txt").write_text("numpy\n")
+    (project / "requirements.txt").symlink_to(project / "loop" / "reqs.txt")
+    assert load_experiment(project / "env.yaml").environment.packages == ("numpy",)
+
+
+def test_a_requirements_file_that_is_not_a_small_regular_file_is_refused(tmp_path, capsys):
+    import os
+
+    (tmp_path / "big.txt").write_text("numpy\n" + "# padding\n" * 110_000)   # > 1 MiB
+    [error] = errors(write(tmp_path, {"pip": "big.txt"}), capsys)
+    assert error.endswith("runtime_env.pip: the requirements file 'big.txt' is larger than "
+                          "1 MiB (requirements files are read whole)")
+    os.mkfifo(tmp_path / "pipe.txt")   # would block a reader forever
+    [error] = errors(write(tmp_path, {"pip": "pipe.txt"}), capsys)
+    assert error.endswith("runtime_env.pip: the requirements file 'pipe.txt' is not a regular "
+                          "file")
+    (tmp_path / "binary.txt").write_bytes(b"numpy\n\xff\xfe secret\n")
+    [error] = errors(write(tmp_path, {"pip": "binary.txt"}), capsys)
+    assert error.endswith("runtime_env.pip: the requirements file 'binary.txt' is not UTF-8 "
+                          "text") and "secret" not in error

@@ -41,7 +41,7 @@ batching: {max_batch_size: 8, batch_wait_timeout_s: 0.02}
     assert app["import_path"] == SERVE_IMPORT_PATH and deployment["name"] == SERVE_DEPLOYMENT
     assert deployment["num_replicas"] == 2 and deployment["max_ongoing_requests"] == 16
     assert deployment["ray_actor_options"] == {"num_cpus": 0.5, "num_gpus": 0}
-    assert deployment["user_config"] == {"checkpoint": "/c", "token_sha256": "ab",
+    assert deployment["user_config"] == {"checkpoint": "/c", "auth": "token", "token_sha256": "ab",
                                          "max_batch_size": 8, "batch_wait_timeout_s": 0.02,
                                          "use_gpu": False}
     assert app["runtime_env"]["py_modules"] == ["gcs://_ray_pkg_x.zip"]
@@ -62,6 +62,7 @@ auth: none
     assert deployment["autoscaling_config"] == {"min_replicas": 0, "max_replicas": 4,
                                                 "target_ongoing_requests": 2}
     assert deployment["user_config"]["token_sha256"] is None
+    assert deployment["user_config"]["auth"] == "none"
     ServeDeploySchema.model_validate(service.render_config(app, service.http_options("h", 1)))
 
 
@@ -77,13 +78,27 @@ def test_merge_keeps_the_other_applications_as_serve_reports_them():
 
 def test_the_token_check():
     digest = hashlib.sha256(b"s3cret").hexdigest()
-    assert token_matches("Bearer s3cret", digest)
-    assert token_matches("bearer s3cret", digest)
-    assert not token_matches("Bearer wrong", digest)
-    assert not token_matches("Basic s3cret", digest)
-    assert not token_matches(None, digest)
-    assert not token_matches("Bearer ", digest)
-    assert token_matches(None, None)  # auth: none
+    config = {"auth": "token", "token_sha256": digest}
+    assert token_matches("Bearer s3cret", config)
+    assert token_matches("bearer s3cret", config)
+    assert not token_matches("Bearer wrong", config)
+    assert not token_matches("Basic s3cret", config)
+    assert not token_matches(None, config)
+    assert not token_matches("Bearer ", config)
+    assert token_matches(None, {"auth": "none", "token_sha256": None})  # written out
+
+
+def test_the_token_check_fails_closed():
+    """Only `auth: none`, written out, opens the routes: a config whose hash is missing, empty
+    or not a SHA-256 (an older orchestrate's, a hand-edited one, a replica not yet configured)
+    refuses every request."""
+    digest = hashlib.sha256(b"s3cret").hexdigest()
+    for broken in ({}, {"token_sha256": None}, {"auth": "token"},
+                   {"auth": "token", "token_sha256": None}, {"auth": "token", "token_sha256": ""},
+                   {"auth": "token", "token_sha256": "ab"}, {"auth": "off", "token_sha256": None},
+                   {"auth": "token", "token_sha256": digest.upper()[:-1]}):
+        for header in (None, "Bearer s3cret", "Bearer ", "Bearer None"):
+            assert not token_matches(header, broken), (header, broken)
 
 
 def test_request_bodies():

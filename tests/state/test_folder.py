@@ -137,3 +137,53 @@ def test_tokens_of_the_previous_layout_are_adopted_once(monkeypatch, tmp_path):
     assert not list(tmp_path.glob("*/auth_token")) and not list(tmp_path.glob("*/*/auth_token"))
     State.here()  # nothing left to move: the tokens stay as they are
     assert state.secrets.read(cluster_key("old")) == "a" * 64
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_the_home_and_what_it_records_are_private(monkeypatch, tmp_path):
+    """Jobs, runs and services name clusters, experiments, checkpoints and URLs: 0700 folders
+    and 0600 files, whatever the umask; a home left wider by an earlier version is tightened
+    on first use."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("ORCHESTRATE_HOME", str(home))
+    old = os.umask(0o022)
+    try:
+        state = State.here()
+        state.store.record_job("j1", cluster=None, experiment="/e.yaml", name="run")
+        state.store.update_job("j1", {"ended": True})
+        state.store.record_run("run", {"status": "SUCCEEDED"}, "j1")
+        state.store.record_service("svc", {"url": "http://127.0.0.1:8000/svc"})
+        state.store.write_cluster(ClusterRecord(name="c1", provider="local", file="/x.yaml",
+                                                config_hash="h"))
+    finally:
+        os.umask(old)
+    assert mode(home) == 0o700
+    for kind in ("jobs", "runs", "services"):
+        assert mode(home / kind) == 0o700, kind
+        [entry] = (home / kind).glob("*.json")
+        assert mode(entry) == 0o600, entry
+    assert mode(home / "clusters" / "c1" / "record.json") == 0o600
+
+    for folder in (home, home / "jobs", home / "runs", home / "services"):
+        folder.chmod(0o755)   # as 0.2 left them
+    (home / "jobs" / "j1.json").chmod(0o644)
+    State.here()
+    assert [mode(f) for f in (home, home / "jobs", home / "runs", home / "services")] == \
+        [0o700] * 4
+    assert mode(home / "jobs" / "j1.json") == 0o600
+
+
+def test_a_shared_folder_is_refused_as_the_home(monkeypatch, tmp_path):
+    """A home others may write to (a sticky, world-writable folder such as /tmp) is not made
+    private behind their backs, nor used."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    monkeypatch.setenv("ORCHESTRATE_HOME", str(shared))
+    with pytest.raises(ClusterError, match="is writable by other users") as refused:
+        State.here()
+    assert "ORCHESTRATE_HOME" in (refused.value.hint or "")
+    assert mode(shared) == 0o1777

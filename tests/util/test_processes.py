@@ -40,3 +40,38 @@ def test_a_guarded_child_dies_with_its_killed_parent():
             except ProcessLookupError:
                 pass
         parent.stdout.close()
+
+
+def test_kill_naming_refuses_a_needle_that_names_more_than_an_embedded_rays_temp_dir(
+        tmp_path, monkeypatch):
+    """A damaged record of the embedded Ray (`temp_dir` "" or "/") would make `kill_naming`
+    SIGKILL every process whose arguments hold a "/". The guard refuses anything but a
+    /tmp/orc-* folder. The processes it may look at are narrowed to one sentinel child, so a
+    missing guard kills that child, never the machine's other processes."""
+    import psutil
+
+    from orchestrator.errors import OrchestrateError
+    from orchestrator.util.processes import kill_naming, names_in_command_line
+
+    sentinel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
+                                 "/tmp/orc-x/session", str(tmp_path / "f")])
+    try:
+        only = psutil.Process(sentinel.pid)
+        monkeypatch.setattr(psutil, "process_iter", lambda *a, **k: iter([only]))
+        only.info = {"cmdline": only.cmdline()}
+        for needle in ("", "/", "//", "/tmp", "/tmp/", "/home", str(tmp_path), "/tmp/orc-",
+                       "/tmp/x", "/tmp/orc-x/..", "/tmp/orc-x/../..", "tmp/orc-x", "/var/tmp/orc-x"):
+            with pytest.raises(OrchestrateError, match="refusing to stop processes"):
+                kill_naming(needle)
+            assert sentinel.poll() is None, needle
+        assert not names_in_command_line(sentinel.pid, "")
+        assert not names_in_command_line(sentinel.pid, "/")
+        assert names_in_command_line(sentinel.pid, "/tmp/orc-x")
+        kill_naming("/tmp/orc-y")         # a sound needle that names nothing here
+        assert sentinel.poll() is None
+        kill_naming("/tmp/orc-x/")        # and one that names it
+        assert sentinel.wait(10) == -signal.SIGKILL
+    finally:
+        if sentinel.poll() is None:
+            sentinel.kill()
+        sentinel.wait()

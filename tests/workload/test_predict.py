@@ -4,6 +4,7 @@ predictions against the same checkpoint and fitted preprocessor applied here, in
 without orchestrate's inference code."""
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -51,7 +52,7 @@ def torch_probabilities(checkpoint: Path, card: dict, x: np.ndarray) -> np.ndarr
     from orchestrator.workload.models import build_model
 
     model = build_model(card["model"], card["input_dim"])
-    model.load_state_dict(torch.load(checkpoint / "model.pt"))
+    model.load_state_dict(torch.load(checkpoint / "model.pt", weights_only=True))
     model.eval()
     with torch.no_grad():
         return torch.softmax(model(torch.as_tensor(x)), dim=1).numpy()
@@ -68,6 +69,8 @@ def test_mlp_on_csv(trained, tmp_path, capsys, monkeypatch):
     assert card["trainer"] == "torch" and card["class_names"] == [0, 1]
     assert card["label_column"] == "target" and "target" not in card["features"]
     assert card["input_dim"] == len(card["features"]) == 30
+    written = (run / "orchestrate" / "preprocessor.bin").read_bytes()
+    assert card["preprocessor_sha256"] == hashlib.sha256(written).hexdigest()
     checkpoint = Path(result["best_checkpoint"])
     metadata = json.loads((checkpoint / ".metadata.json").read_text())
     assert metadata["orchestrate_run"] == str(run)  # the checkpoint names its run
@@ -136,6 +139,15 @@ def check_errors(capsys, tmp_path: Path, path: Path, checkpoint: Path, frame: pd
     (moved / ".metadata.json").unlink()  # no way back to its run: no card, no preprocessor
     err = fails(str(moved), "--data", str(data), "--output", str(tmp_path / "e3"))
     assert "has no model card" in err
+
+    tampered = tmp_path / "tampered"   # a checkpoint beside a copy of its run's card
+    shutil.copytree(checkpoint, tampered / "checkpoint")
+    (tampered / "checkpoint" / ".metadata.json").unlink()   # its run: the folder around it
+    shutil.copytree(checkpoint.parent / "orchestrate", tampered / "orchestrate")
+    with open(tampered / "orchestrate" / "preprocessor.bin", "ab") as changed:
+        changed.write(b"\0")
+    err = fails(str(tampered / "checkpoint"), "--data", str(data), "--output", str(tmp_path / "e5"))
+    assert "does not match the digest its model card recorded" in err   # said by the job
 
     empty = tmp_path / "empty-run"
     (empty / "orchestrate").mkdir(parents=True)

@@ -182,8 +182,9 @@ def _restore(plain: Any, optimizer: Any) -> int:
     if checkpoint is None:
         return 0
     with checkpoint.as_directory() as folder:
-        plain.load_state_dict(torch.load(os.path.join(folder, CHECKPOINT_FILE)))
-        state = torch.load(os.path.join(folder, "state.pt"))
+        plain.load_state_dict(torch.load(os.path.join(folder, CHECKPOINT_FILE),
+                                         weights_only=True))
+        state = torch.load(os.path.join(folder, "state.pt"), weights_only=True)
     optimizer.load_state_dict(state["optimizer"])
     return cast(int, state["epoch"]) + 1
 
@@ -219,7 +220,8 @@ def load(checkpoint: str, card: dict[str, Any], use_gpu: bool) -> Scores:
     device = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
     model = models.build_model(card["model"], card.get("input_dim"))
     with Checkpoint(checkpoint).as_directory() as folder:
-        state = torch.load(os.path.join(folder, CHECKPOINT_FILE), map_location=device)
+        state = torch.load(os.path.join(folder, CHECKPOINT_FILE), map_location=device,
+                           weights_only=True)
     model.load_state_dict(state)
     return functools.partial(_scores, model.to(device).eval(), device, card)
 
