@@ -127,3 +127,18 @@ def test_forget_drops_the_pinned_keys(state):
     known_hosts.forget(state, "c1")
     assert not file.exists() and known_hosts.keys(state, "c1") == []
     assert "orchestrate known-hosts c1 --accept 10.0.0.1" in known_hosts.hint("c1", "10.0.0.1")
+
+
+def test_the_launchers_output_names_a_changed_key_or_at_least_the_refusal(tmp_path):
+    from orchestrator.launch.ray_up import diagnose
+    from orchestrator.util.ssh import host_key_changed
+    from tests.util.test_ssh import CHANGED, PINNED_KEY, PINNED_PRINT
+
+    file = tmp_path / "known_hosts"
+    file.write_text(f"10.0.0.12 ssh-ed25519 {PINNED_KEY}\n10.0.0.11 ssh-ed25519 {PINNED_KEY}\n")
+    output = "[1/7] Waiting for SSH to become available\n" + CHANGED.replace("FILE", str(file))
+    changed = host_key_changed(output)
+    assert changed is not None and changed.host == "10.0.0.11"
+    assert PINNED_PRINT in str(changed) and "SHA256:/mSI0x9" in str(changed)
+    said = diagnose("SSH still not available\nHost key verification failed.\n")
+    assert "SSH refused a host's key" in said and "known-hosts" in said

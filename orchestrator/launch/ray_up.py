@@ -34,8 +34,14 @@ _STEP = re.compile(r"^\s*(\[\d+/\d+\]|<\d+/\d+>)")
 _NEWS = ("Launched a new head node", "Relaunching", "will not be restarted",
          "No nodes remaining", "Requested", "Terminat")
 
+# What ssh prints last when it refuses a host's key (a changed one: util.ssh.host_key_changed).
+_REFUSED = "Host key verification failed."
+
 # Known failures, matched against the log, mapped to what to tell the user.
 DIAGNOSES = (
+    # What is left when Ray hid what ssh said before (the host and both keys: run_ray).
+    (_REFUSED, "SSH refused a host's key (it is not the one pinned for it)",
+     "`orchestrate known-hosts NAME` shows the pinned keys; --accept HOST pins a new one"),
     ("Permission denied (publickey", "SSH refused the key",
      "check auth.ssh_user and that the public key of auth.ssh_private_key is in the node's "
      "~/.ssh/authorized_keys"),
@@ -52,10 +58,6 @@ DIAGNOSES = (
 _NOISE = ("File Mount:", "If you experience issues with the cloud provider", "!!!",
           "Full traceback:", "Exception details:")
 
-
-
-# What ssh prints last when it refuses a host's key (a changed one: util.ssh.host_key_changed).
-_REFUSED = "Host key verification failed."
 
 
 def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: float,
