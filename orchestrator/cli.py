@@ -38,6 +38,8 @@ COMMANDS = {
     "attach": ("orchestrator.commands.attach", "an interactive shell on a cluster's head"),
     "exec": ("orchestrator.commands.exec",
              "run a command on a cluster's head (exit code: the command's)"),
+    "known-hosts": ("orchestrator.commands.known_hosts",
+                    "the host keys pinned for a cluster; --accept HOST pins a new one on purpose"),
     "rsync-up": ("orchestrator.commands.rsync", "copy local files to a cluster's head"),
     "rsync-down": ("orchestrator.commands.rsync", "copy files from a cluster's head here"),
     "runs": ("orchestrator.commands.runs", "the runs submitted from here, newest first"),

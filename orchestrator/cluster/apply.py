@@ -20,10 +20,12 @@ from .. import launch, providers
 from ..actions import Action
 from ..errors import ClusterError, OrchestrateError, PreflightError
 from ..language.cluster import ClusterSpec
+from ..launch import known_hosts
 from ..reach.endpoint import open_cluster
 from ..render.cluster import RenderedCluster, render_cluster
 from ..state import FAILED, INTERRUPTED, LAUNCHING, STOPPING, UP, ClusterRecord, State, cluster_key
 from ..util.progress import Progress
+from ..util.ssh import HostKeyChanged
 from ..util.waiting import poll
 from .health import Health, probe, probe_cluster
 from .plan import ClusterPlan, Recorded, plan_cluster
@@ -191,13 +193,21 @@ def _down(record: ClusterRecord, state: State, progress: Progress, *,
         try:
             backend.teardown(name, record.provider, state.store.rendered_path(name),
                              timeout=timeout)
-            for warning in providers.get(record.provider).after_down(config, progress):
+            pinned = {**config, "auth": known_hosts.pinned(dict(config.get("auth") or {}),
+                                                           state, name)}
+            try:
+                warnings = providers.get(record.provider).after_down(pinned, progress)
+            except HostKeyChanged as changed:
+                raise ClusterError(str(changed), hint=known_hosts.hint(name, changed.host)) \
+                    from None
+            for warning in warnings:
                 progress(f"  warning: {warning}")
         except (ClusterError, KeyboardInterrupt) as exc:
             message = exc.message if isinstance(exc, ClusterError) else \
                 f"interrupted during {backend.command('down')}"
             _fail(record, state, STOPPING, message)
             raise
+    known_hosts.forget(state, name)   # the nodes are gone; a replace pins its new ones anew
     if forget:
         state.store.forget_cluster(name)
         state.secrets.remove(cluster_key(name))

@@ -23,6 +23,7 @@ from ..util import http, ssh
 from ..util.ports import free_port, is_free
 from ..util.processes import dies_with_parent, handing_signals_to, stop_child_group
 from ..util.waiting import poll
+from . import known_hosts
 
 # What `bash -i` says on stderr when it has no terminal; noise to a script, so left out.
 _NO_TTY_NOISE = (b"bash: cannot set terminal process group", b"bash: no job control in this shell")
@@ -35,6 +36,12 @@ def rendered(record: ClusterRecord, state: State) -> dict[str, Any]:
         raise ClusterError(f"cluster {record.name!r} has no rendered config "
                            f"({state.store.rendered_path(record.name)})")
     return config
+
+
+def auth(record: ClusterRecord, state: State) -> dict[str, Any]:
+    """The auth section `ray up` was given, with the cluster's pinned host keys: what every
+    connection of ours to its hosts uses."""
+    return known_hosts.pinned(dict(rendered(record, state).get("auth") or {}), state, record.name)
 
 
 @contextlib.contextmanager
@@ -101,10 +108,12 @@ def reach_head(record: ClusterRecord, state: State) -> tuple[dict[str, Any], lis
     ClusterError naming the head and why not."""
     head = str(record.head_ip)
     config = rendered(record, state)
-    auth = config.get("auth") or {}
+    pinned = auth(record, state)
     try:
-        ssh.run(auth, head, "true", timeout=20, login_shell=False)
-        return config, ssh.ssh_command(auth, head)
+        ssh.run(pinned, head, "true", timeout=20, login_shell=False)
+        return config, ssh.ssh_command(pinned, head)
+    except ssh.HostKeyChanged as exc:
+        raise ClusterError(str(exc), hint=known_hosts.hint(record.name, exc.host)) from None
     except ssh.SshError as exc:
         raise ClusterError(f"cannot reach the head {head} of cluster {record.name!r} over SSH: "
                            f"{exc}", hint=f"`orchestrate status {record.name}` shows its health")\

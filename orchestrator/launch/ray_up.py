@@ -8,12 +8,14 @@ process group.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO
@@ -21,9 +23,10 @@ from typing import IO
 from .. import providers
 from ..errors import ClusterError
 from ..state import ClusterRecord, State, cluster_key
+from ..util import ssh
 from ..util.processes import dies_with_parent, handing_signals_to, ray_command, stop_child_group
 from ..util.progress import Progress
-from . import head, local_nodes
+from . import head, known_hosts, local_nodes
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+\s+(?P<level>[A-Z]+) \S+ -- ")
@@ -31,8 +34,14 @@ _STEP = re.compile(r"^\s*(\[\d+/\d+\]|<\d+/\d+>)")
 _NEWS = ("Launched a new head node", "Relaunching", "will not be restarted",
          "No nodes remaining", "Requested", "Terminat")
 
+# What ssh prints last when it refuses a host's key (a changed one: util.ssh.host_key_changed).
+_REFUSED = "Host key verification failed."
+
 # Known failures, matched against the log, mapped to what to tell the user.
 DIAGNOSES = (
+    # What is left when Ray hid what ssh said before (the host and both keys: run_ray).
+    (_REFUSED, "SSH refused a host's key (it is not the one pinned for it)",
+     "`orchestrate known-hosts NAME` shows the pinned keys; --accept HOST pins a new one"),
     ("Permission denied (publickey", "SSH refused the key",
      "check auth.ssh_user and that the public key of auth.ssh_private_key is in the node's "
      "~/.ssh/authorized_keys"),
@@ -52,8 +61,12 @@ _NOISE = ("File Mount:", "If you experience issues with the cloud provider", "!!
 
 
 def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: float,
-            env: dict[str, str] | None = None, secrets: Iterable[str] = ()) -> str:
-    """Run `ray <args>`; return its output (ANSI removed). Raise ClusterError on failure."""
+            env: dict[str, str] | None = None, secrets: Iterable[str] = (),
+            cluster: str = "") -> str:
+    """Run `ray <args>`; return its output (ANSI removed). Raise ClusterError on failure.
+
+    A host key refused by ssh stops Ray at once (it would retry a node's SSH for minutes, or,
+    in `ray down`, go on without it) with a ClusterError naming the host and both keys."""
     secrets = [s for s in secrets if s]
     environment = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
                    **(env or {})}
@@ -85,6 +98,11 @@ def run_ray(args: list[str], *, log_path: Path, progress: Progress, timeout: flo
             raise
         reader.join(10)
     output = "\n".join(lines)
+    changed = ssh.host_key_changed(output) if _REFUSED in output else None
+    if changed is not None:
+        raise ClusterError(f"`ray {args[0]}` stopped: {changed}",
+                           hint=f"{known_hosts.hint(cluster or '<cluster>', changed.host)}; "
+                                f"full log: {log_path}")
     if process.returncode != 0:
         raise ClusterError(f"`ray {args[0]}` failed: {diagnose(output)}",
                            hint=f"full log: {log_path}")
@@ -114,6 +132,9 @@ def _pump(process: subprocess.Popen[str], log: IO[str], lines: list[str], progre
         match = _PREFIX.match(line)
         text = line[match.end():] if match else line
         lines.append(text)
+        if text.strip() == _REFUSED:  # the reason is in `lines`; Ray must not go on without it
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
         level = match.group("level") if match else ""
         if text.lstrip().startswith(_NOISE):
             continue
@@ -140,9 +161,13 @@ class RayUp:
         return self.state.store.workspace(name) / "launcher"
 
     def environment(self, name: str, provider: str) -> dict[str, str]:
-        """What every `ray` command of this cluster runs with (Ray's own clients included)."""
+        """What every `ray` command of this cluster runs with (Ray's own clients included):
+        its `ssh` is the one that checks the cluster's pinned host keys (launch.known_hosts)."""
         scratch = self._scratch(name)
-        return {"RAY_TMPDIR": str(scratch), "TMPDIR": str(scratch),
+        pinning = known_hosts.ssh_folder(self.state, name)
+        path = {"PATH": f"{pinning}{os.pathsep}{os.environ.get('PATH', os.defpath)}"} \
+            if pinning is not None else {}
+        return {"RAY_TMPDIR": str(scratch), "TMPDIR": str(scratch), **path,
                 **providers.ray_up_site(provider).launcher_env()}
 
     def _mend(self, name: str, config_file: Path, *, for_teardown: bool) -> None:
@@ -167,7 +192,8 @@ class RayUp:
                 "--log-color", "false"] + ([] if restart else ["--no-restart"])
         self._mend(name, config_file, for_teardown=False)
         run_ray(args, log_path=self._log(name, "up.log"), progress=self.progress,
-                timeout=timeout, env=self.environment(name, provider), secrets=self._secrets(name))
+                timeout=timeout, env=self.environment(name, provider), secrets=self._secrets(name),
+                cluster=name)
 
     def head_address(self, name: str, provider: str, config_file: Path) -> str:
         """The head the config names (on-prem), else `ray get-head-ip`'s answer."""
@@ -177,7 +203,8 @@ class RayUp:
             return named
         output = run_ray(["get-head-ip", str(config_file)], progress=lambda _: None,
                          log_path=self._log(name, "up.log"), timeout=120,
-                         env=self.environment(name, provider), secrets=self._secrets(name))
+                         env=self.environment(name, provider), secrets=self._secrets(name),
+                         cluster=name)
         lines = [line.strip() for line in output.splitlines() if line.strip()]
         if not lines:
             raise ClusterError("`ray get-head-ip` printed no address")
@@ -187,7 +214,7 @@ class RayUp:
         self._mend(name, config_file, for_teardown=True)
         run_ray(["down", str(config_file), "-y", "--log-style", "record", "--log-color", "false"],
                 log_path=self._log(name, "down.log"), progress=self.progress, timeout=timeout,
-                env=self.environment(name, provider), secrets=self._secrets(name))
+                env=self.environment(name, provider), secrets=self._secrets(name), cluster=name)
 
     def log_path(self, name: str, action: str) -> Path:
         return self._log(name, f"{action}.log")
@@ -199,10 +226,11 @@ class RayUp:
     def forward(self, record: ClusterRecord, remote_port: int, *, timeout: float,
                 local_port: int | None = None, remote_host: str = "127.0.0.1",
                 watch: list[subprocess.Popen[str]] | None = None) -> AbstractContextManager[int]:
-        """`ssh -N -L` to the head, with the auth `ray up` was given."""
-        auth = head.rendered(record, self.state).get("auth") or {}
-        return head.forward(auth, str(record.head_ip), remote_port, timeout=timeout,
-                            local_port=local_port, remote_host=remote_host, watch=watch)
+        """`ssh -N -L` to the head, with the auth `ray up` was given and its pinned host keys."""
+        auth = head.auth(record, self.state)
+        return _explained(head.forward(auth, str(record.head_ip), remote_port, timeout=timeout,
+                                       local_port=local_port, remote_host=remote_host,
+                                       watch=watch), auth, record)
 
     def attach(self, record: ClusterRecord, options: list[str]) -> int:
         """`ray attach` on this terminal (not logged: it is the user's shell); its exit code."""
@@ -230,4 +258,27 @@ class RayUp:
             (["--all-nodes"] if all_nodes else [])
         run_ray(args, log_path=self._log(record.name, "rsync.log"), progress=self.progress,
                 timeout=3600, env=self.environment(record.name, record.provider),
-                secrets=self._secrets(record.name))
+                secrets=self._secrets(record.name), cluster=record.name)
+
+
+@contextlib.contextmanager
+def _explained(forward: AbstractContextManager[int], auth: dict[str, object],
+               record: ClusterRecord) -> Iterator[int]:
+    """The forward; if ssh refused the head's key while opening it, the ClusterError names the
+    host and both keys (asked again over one plain connection: the forward's ssh said only
+    "Host key verification failed")."""
+    with contextlib.ExitStack() as stack:
+        try:
+            port = stack.enter_context(forward)
+        except ClusterError as exc:
+            if "Host key verification failed" not in exc.message:
+                raise
+            try:
+                ssh.run(auth, str(record.head_ip), "true", timeout=20, login_shell=False)
+            except ssh.HostKeyChanged as changed:
+                raise ClusterError(str(changed),
+                                   hint=known_hosts.hint(record.name, changed.host)) from None
+            except ssh.SshError:
+                pass
+            raise
+        yield port

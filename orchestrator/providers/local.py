@@ -191,6 +191,8 @@ def after_down(config: Config, progress: Progress) -> list[str]:
         try:
             # A host that takes no TCP connection in 5 s is off (hosts on a LAN answer in ms).
             ssh.run(auth, ip, STOP_RAY, timeout=90, connect_timeout=5)
+        except ssh.HostKeyChanged:   # not a host that is off: `down` stops (cluster.apply)
+            raise
         except ssh.SshError as exc:
             return f"could not stop Ray on {role} {ip}: {exc}"
         return None

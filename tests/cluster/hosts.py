@@ -1,12 +1,13 @@
 """Simulated machines: each host is a network namespace with its own address on a bridge the test
 made, its own PID namespace (its `ray stop` sees only its own processes), a private `/tmp/ray`,
 `/dev/shm` and home folder, its own hostname, `/etc/hosts` and `/etc/resolv.conf`, and its own
-sshd that lets root in with a key made for the test. The cluster file is then written exactly
-as a user writes it.
+sshd (with its own host key) that lets root in with a key made for the test. The cluster file is
+then written exactly as a user writes it.
 
 Traffic goes only to these namespaces (10.x addresses on the test's bridge) and loopback. A host
 can be killed (every process in it, as when a machine loses power), cut off the network and
-restored, and started again. `Network.close()` removes everything the helper made.
+restored, and started again; its host key can be changed (as by a reinstall, or by
+another machine taking its address). `Network.close()` removes everything the helper made.
 
 Needs root and the tools in tests/prerequisites.py; without them the fixture fails naming what
 is missing (it never skips).
@@ -73,9 +74,43 @@ class Host:
     def veth(self) -> str:
         return f"{self.network.tag}v{self.index}"
 
+    @property
+    def host_key(self) -> Path:
+        return self.folder / "host_key"
+
+    def fingerprint(self) -> str:
+        """`SHA256:...` of the key this host's sshd offers now."""
+        return sh("ssh-keygen", "-l", "-f", f"{self.host_key}.pub").stdout.split()[1]
+
+    def change_host_key(self, key: Path | None = None) -> None:
+        """Give the host a new host key (or `key`, e.g. its earlier one, kept by the caller) and
+        make its sshd take it: SIGHUP re-executes sshd in place (same PID, the host's PID 1), so
+        nothing else on the host stops."""
+        for suffix in ("", ".pub"):
+            Path(f"{self.host_key}{suffix}").unlink(missing_ok=True)
+        if key is None:
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_key))
+        else:
+            for suffix in ("", ".pub"):
+                shutil.copy(f"{key}{suffix}", f"{self.host_key}{suffix}")
+            os.chmod(self.host_key, 0o600)
+        wanted = self.fingerprint()
+        os.kill(self.init_pid(), 1)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:   # the re-executed sshd offers the new key
+            done = sh("ssh-keyscan", "-T", "2", "-t", "ed25519", self.ip, check=False)
+            offered = [line.split()[-1] for line in done.stdout.splitlines() if line.strip()]
+            if offered and Path(f"{self.host_key}.pub").read_text().split()[1] in offered:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"sshd of host {self.name} does not offer its new key {wanted}")
+
     # -- life ---------------------------------------------------------------------------------
     def _prepare(self) -> None:
         home = self.folder / "home"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if not self.host_key.exists():   # its own, kept when the host boots again
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_key))
         (self.folder / "tmp-ray").mkdir(parents=True, exist_ok=True)
         home.mkdir(parents=True, exist_ok=True)
         (home / ".ssh").mkdir(mode=0o700, exist_ok=True)
@@ -99,7 +134,7 @@ class Host:
         (self.folder / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
         (self.folder / "sshd_config").write_text("\n".join([
             "ListenAddress 0.0.0.0:22",
-            f"HostKey {self.network.host_key}",
+            f"HostKey {self.host_key}",
             f"PidFile {self.folder / 'sshd.pid'}",
             f"AuthorizedKeysFile {self.network.folder / 'authorized_keys'}",
             "PermitRootLogin prohibit-password",
@@ -221,7 +256,6 @@ class Network:
     tag: str
     subnet: str
     hosts: list[Host] = field(default_factory=list)
-    host_key: Path = field(init=False)
     client_key: Path = field(init=False)
 
     @property
@@ -250,9 +284,7 @@ class Network:
         return network
 
     def _make(self, count: int, host_options: dict) -> None:
-        self.host_key = self.folder / "host_key"
         self.client_key = self.folder / "client_key"
-        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.host_key))
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key))
         shutil.copy(self.folder / "client_key.pub", self.folder / "authorized_keys")
         Path("/run/sshd").mkdir(exist_ok=True)
