@@ -89,19 +89,27 @@ def _exposed_dashboard(doc: Document, data: Config) -> list[Problem]:
     found = []
     commands = data.get("head_start_ray_commands")
     for i, command in enumerate(commands if isinstance(commands, list) else []):
-        for match in _DASHBOARD_HOST.finditer(str(command)):
-            try:
-                host = (shlex.split(match.group(1)) or [""])[0]
-            except ValueError:
-                host = match.group(1)
-            if host not in LOOPBACK:
-                found.append(doc.problem(
-                    ("head_start_ray_commands", i),
-                    f"--dashboard-host={host} would expose the dashboard and job API on the "
-                    "network, where the cluster's token travels in clear (plain HTTP)",
-                    "remove the option: on-prem, orchestrate binds the dashboard to the head's "
-                    "loopback and reaches it through an SSH forward; `orchestrate dashboard` "
-                    "opens it in a browser"))
+        for host in exposed_dashboard_hosts(str(command)):
+            found.append(doc.problem(
+                ("head_start_ray_commands", i),
+                f"--dashboard-host={host} would expose the dashboard and job API on the "
+                "network, where the cluster's token travels in clear (plain HTTP)",
+                "remove the option: on-prem, orchestrate binds the dashboard to the head's "
+                "loopback and reaches it through an SSH forward; `orchestrate dashboard` "
+                "opens it in a browser"))
+    return found
+
+
+def exposed_dashboard_hosts(command: str) -> list[str]:
+    """The --dashboard-host values of a start command that are not loopback."""
+    found = []
+    for match in _DASHBOARD_HOST.finditer(command):
+        try:
+            host = (shlex.split(match.group(1)) or [""])[0]
+        except ValueError:
+            host = match.group(1)
+        if host not in LOOPBACK:
+            found.append(host)
     return found
 
 
