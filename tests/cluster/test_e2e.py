@@ -61,13 +61,14 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
                 assert http_status(endpoint.address + path,
                                    {"Authorization": "Bearer nope"}) == 403
 
-        # `up` again on the unchanged file: nothing touched, no SSH login, same Ray processes.
+        # `up` again on the unchanged file: nothing touched, same Ray processes; one SSH login,
+        # the forward that asks the head's dashboard (on its loopback since issue 29).
         pids, logins = machine.ray_pids(), machine.accepted_logins()
         assert len(machine.ray_pids("raylet")) == 2 and len(machine.ray_pids("gcs_server")) == 1
         again = handle.cli("up", str(handle.file), "-y", "--format", "json")
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["action"] == "unchanged"
-        assert machine.accepted_logins() == logins
+        assert machine.accepted_logins() == logins + 1
         assert machine.ray_pids() == pids
 
         # A change of autoscaling settings only: applied with --no-restart, Ray keeps running.
