@@ -27,6 +27,7 @@ from ..state import FAILED, INTERRUPTED, LAUNCHING, STOPPING, UP, ClusterRecord,
 from ..util.progress import Progress
 from ..util.ssh import HostKeyChanged
 from ..util.waiting import poll
+from . import tls
 from .health import Health, probe, probe_cluster
 from .plan import ClusterPlan, Recorded, plan_cluster
 
@@ -111,6 +112,9 @@ def up(spec: ClusterSpec, state: State, options: UpOptions, progress: Progress,
                 progress(f"  {line}")
         if plan.needs_confirmation and not confirm(_question(plan)):
             raise OrchestrateError("cancelled; nothing was changed")
+        names = providers.get(spec.provider).tls_names(rendered.config)
+        if names:  # the node folder the rendered config mounts (render.harden.tls_folder)
+            tls.ensure(state, spec.name, names)
         return apply(plan, rendered, recorded, state, options, progress)
 
 
@@ -211,6 +215,7 @@ def _down(record: ClusterRecord, state: State, progress: Progress, *,
     if forget:
         state.store.forget_cluster(name)
         state.secrets.remove(cluster_key(name))
+        tls.forget(state, name)
 
 
 def _wait_nodes(record: ClusterRecord, rendered: RenderedCluster, state: State, timeout: float,

@@ -86,8 +86,9 @@ def checkpoint_of(spec: ServiceSpec, state: State) -> str:
 
 
 def _host(cluster: ClusterRecord | None) -> str:
-    """The host the Serve proxy binds to: the head's address, or loopback (a forward on
-    clouds, the embedded Ray)."""
+    """The host the Serve proxy binds to: loopback (a cluster's head, reached through an SSH
+    forward, on-prem too: the service's token stays off the network; the embedded Ray), or
+    the head's address for a cluster whose dashboard still listens there (recorded before)."""
     return "127.0.0.1" if cluster is None or cluster.tunneled else str(cluster.head_ip)
 
 
@@ -111,7 +112,8 @@ def _same(deployed: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
 @contextlib.contextmanager
 def reach(url_host: str, port: int, cluster: ClusterRecord | None,
           state: State) -> Iterator[str]:
-    """The proxy's base address from here: direct, or through an SSH forward on clouds."""
+    """The proxy's base address from here: through an SSH forward to a cluster's head, or
+    direct (the embedded Ray; a cluster recorded with its dashboard on the head's address)."""
     if cluster is None or not cluster.tunneled:
         yield f"http://{url_host}:{port}"
         return

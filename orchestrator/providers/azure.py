@@ -45,6 +45,7 @@ RAY_REPLACES = cloud.RAY_REPLACES
 SCALING_FIELDS = cloud.SCALING_FIELDS
 DEFAULT_START = cloud.DEFAULT_START
 dashboard_host = cloud.dashboard_host
+tls_names = cloud.tls_names
 head_address = cloud.head_address
 expected_nodes = cloud.expected_nodes
 not_joined = cloud.not_joined

@@ -130,6 +130,11 @@ class Provider(Protocol):
         """Where the head's dashboard listens, given the user's own --dashboard-host (or None).
         A loopback address means it is reached only through an SSH forward."""
 
+    def tls_names(self, config: Config) -> tuple[str, ...]:
+        """The hosts the config names, for the node certificate of Ray's gRPC TLS (addresses
+        or host names); empty: no TLS, since the nodes' addresses are not known before launch
+        (clouds, an on-prem coordinator)."""
+
     # --- up and down (orchestrator.cluster) ---
     def expected_nodes(self, config: Config) -> int:
         """The head plus the workers Ray keeps running at the least."""

@@ -1,8 +1,12 @@
 """`local`: on-premise hosts over SSH (Ray's on-prem provider), all it needs from orchestrate.
 
 The hosts exist already: the file names them (provider.head_ip, provider.worker_ips), Ray builds
-the single node type itself, the dashboard binds to the head's own address (with token auth),
-and `ray down` stops Ray on the head only, so `after_down` stops it on the workers over SSH.
+the single node type itself, and `ray down` stops Ray on the head only, so `after_down` stops it
+on the workers over SSH. The token never crosses the LAN in clear: the dashboard and job API
+bind the head's loopback and are reached through an SSH forward, as on clouds (a
+`--dashboard-host` elsewhere is refused), and Ray's gRPC between the hosts runs with TLS, the
+node certificate naming the hosts the file gives (`tls_names`; none with a coordinator, whose
+hosts are known only at launch).
 Preflight: each host answers on SSH with the configured user and key, with the same `ssh`
 client and options Ray's command runner uses, in parallel, each bounded by a short timeout.
 """
@@ -10,6 +14,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +68,7 @@ def problems(doc: Document, data: Config) -> list[Problem]:
                               f"{NAME}", "or give provider.coordinator_address")
                   for key in HOSTS if provider.get(key) in (None, "")]
     found += _worker_bounds(doc, data, provider)
+    found += _exposed_dashboard(doc, data)
     for key in ("head_ip", "worker_ips"):
         values = provider.get(key)
         values = [values] if isinstance(values, str) else values or []
@@ -69,6 +76,40 @@ def problems(doc: Document, data: Config) -> list[Problem]:
             where: FieldPath = ("provider", key) if key == "head_ip" else ("provider", key, i)
             if not isinstance(host, str) or not _is_host(host):
                 found.append(doc.problem(where, f"'{host}' is not an IP address or host name"))
+    return found
+
+
+_DASHBOARD_HOST = re.compile(r"(?:^|\s)--dashboard-host(?:=|\s+)(\S+)")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _exposed_dashboard(doc: Document, data: Config) -> list[Problem]:
+    """A head start command that binds the dashboard off the head's loopback: the job API and
+    the cluster's token would travel the LAN in clear (plain HTTP)."""
+    found = []
+    commands = data.get("head_start_ray_commands")
+    for i, command in enumerate(commands if isinstance(commands, list) else []):
+        for host in exposed_dashboard_hosts(str(command)):
+            found.append(doc.problem(
+                ("head_start_ray_commands", i),
+                f"--dashboard-host={host} would expose the dashboard and job API on the "
+                "network, where the cluster's token travels in clear (plain HTTP)",
+                "remove the option: on-prem, orchestrate binds the dashboard to the head's "
+                "loopback and reaches it through an SSH forward; `orchestrate dashboard` "
+                "opens it in a browser"))
+    return found
+
+
+def exposed_dashboard_hosts(command: str) -> list[str]:
+    """The --dashboard-host values of a start command that are not loopback."""
+    found = []
+    for match in _DASHBOARD_HOST.finditer(command):
+        try:
+            host = (shlex.split(match.group(1)) or [""])[0]
+        except ValueError:
+            host = match.group(1)
+        if host not in LOOPBACK:
+            found.append(host)
     return found
 
 
@@ -117,9 +158,15 @@ def node_config(group: Config) -> Config:
 
 
 def dashboard_host(config: Config, chosen: str | None) -> str:
-    """The user's choice, else the head's own address (reachable by the workers and by us;
-    token auth guards it)."""
-    return chosen or (config.get("provider") or {}).get("head_ip") or "0.0.0.0"
+    """The head's loopback, reached through an SSH forward (another choice is refused by
+    `problems`): the job API over plain HTTP on the LAN would carry the token in clear."""
+    return "127.0.0.1"
+
+
+def tls_names(config: Config) -> tuple[str, ...]:
+    if (config.get("provider") or {}).get("coordinator_address"):
+        return ()  # the coordinator hands out the hosts at launch
+    return tuple(host for host, _ in hosts(config))
 
 
 def head_address(config: Config) -> str | None:

@@ -1,12 +1,19 @@
-"""Harden a Ray cluster config: token auth, no usage stats, a dashboard that is not exposed.
+"""Harden a Ray cluster config: token auth, no usage stats, a dashboard that is not exposed,
+TLS for Ray's gRPC between nodes where the provider knows the nodes' addresses.
 
 Pure: a dict in, a new dict out. The token itself never enters the config, only the path of the
 local file that `ray up` copies to `~/.ray/auth_token` on every node (Ray's default token path,
 so `ray status` on a node, the autoscaler and job drivers all find it).
 
-Where the dashboard binds is the provider's policy (`Provider.dashboard_host`): on clouds the
-head's loopback, reached through an SSH forward; on `local` the user's choice or the head's
-address. The binding chosen is returned with the config, so nobody parses the commands back.
+Where the dashboard binds is the provider's policy (`Provider.dashboard_host`): the head's
+loopback, reached through an SSH forward, on clouds and on-prem alike. The binding chosen is
+returned with the config, so nobody parses the commands back.
+
+TLS (`Provider.tls_names` not empty: on-prem): every command that runs `ray start` also exports
+RAY_USE_TLS and the paths of the CA, the node's certificate and key in `~/.ray/tls`, which
+`ray up` copies from the folder beside the token file (`tls_folder`, filled by
+`orchestrator.cluster.tls` at `up`). Ray's processes on a node (GCS, raylet, dashboard and its
+agents, workers, job drivers) inherit them from `ray start`. Only paths enter the config.
 """
 from __future__ import annotations
 
@@ -22,6 +29,13 @@ from ..util.ports import is_loopback
 REMOTE_TOKEN_PATH = "~/.ray/auth_token"
 AUTH_ENV = "export RAY_AUTH_MODE=token; "
 DEFAULT_DASHBOARD_PORT = 8265
+REMOTE_TLS_DIR = "~/.ray/tls"
+# The node folder's files: Ray's gRPC reads these three (ray/_common/tls_utils.py, and its C++
+# RayConfig); `env` holds the exports below, for a shell on a node (`source ~/.ray/tls/env`).
+TLS_CA, TLS_CERT, TLS_KEY, TLS_ENV_FILE = "ca.crt", "node.crt", "node.key", "env"
+TLS_ENV = ("export RAY_USE_TLS=1 RAY_TLS_CA_CERT=$HOME/.ray/tls/ca.crt "
+           "RAY_TLS_SERVER_CERT=$HOME/.ray/tls/node.crt "
+           "RAY_TLS_SERVER_KEY=$HOME/.ray/tls/node.key; ")
 
 _RAY_START = re.compile(r"\bray start\b")
 _DASHBOARD_HOST = re.compile(r"\s--dashboard-host(?:=|\s+)(\S+)")
@@ -41,6 +55,12 @@ class Dashboard:
         return is_loopback(self.host)
 
 
+def tls_folder(token_file: str) -> str:
+    """Where this machine keeps a cluster's node certificate and key: beside its token file, so
+    a project's hash, which replaces the token's path by a mark, stays machine-independent."""
+    return f"{token_file}.tls"
+
+
 def harden_ray_config(config: dict[str, Any], *, provider: Provider,
                       token_file: str) -> tuple[dict[str, Any], Dashboard]:
     """A copy of `config` that `ray up` can launch with token authentication on, and where its
@@ -52,10 +72,13 @@ def harden_ray_config(config: dict[str, Any], *, provider: Provider,
     chosen = _last(_DASHBOARD_HOST, head)
     host = provider.dashboard_host(hardened, chosen)
     rebind = host if host != chosen else None
-    hardened["head_start_ray_commands"] = [_harden(c, rebind) for c in head]
-    hardened["worker_start_ray_commands"] = [_harden(c, None) for c in workers]
+    tls = bool(provider.tls_names(hardened))
+    hardened["head_start_ray_commands"] = [_harden(c, rebind, tls) for c in head]
+    hardened["worker_start_ray_commands"] = [_harden(c, None, tls) for c in workers]
     mounts = dict(hardened.get("file_mounts") or {})
     mounts[REMOTE_TOKEN_PATH] = str(token_file)
+    if tls:
+        mounts[REMOTE_TLS_DIR] = tls_folder(str(token_file))
     hardened["file_mounts"] = mounts
     port = _last(_DASHBOARD_PORT, head)
     return hardened, Dashboard(host, int(port) if port else DEFAULT_DASHBOARD_PORT)
@@ -73,7 +96,7 @@ def _last(pattern: re.Pattern[str], commands: list[str]) -> str | None:
     return words[0] if words else found[-1]
 
 
-def _harden(command: str, dashboard_host: str | None) -> str:
+def _harden(command: str, dashboard_host: str | None, tls: bool) -> str:
     # Statements and their separators alternate; only statements that run `ray start` change.
     pieces = re.split(r"(;|&&|\|\||\n)", command)
     for i in range(0, len(pieces), 2):
@@ -88,4 +111,5 @@ def _harden(command: str, dashboard_host: str | None) -> str:
             part = re.sub(r"\s--dashboard-host(?:=|\s+)\S+", "", part) + \
                 f" --dashboard-host={shlex.quote(dashboard_host)}"
         pieces[i] = part + trailing
-    return AUTH_ENV + "".join(pieces)
+    prefix = AUTH_ENV + (TLS_ENV if tls and _RAY_START.search(command) else "")
+    return prefix + "".join(pieces)

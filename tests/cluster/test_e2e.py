@@ -47,23 +47,28 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
         assert live["node_ips"] == sorted(machine.ips)
         assert handle.token not in json.dumps(status)
 
-        # An authenticated job on the recorded address runs on the cluster.
-        assert handle.address == f"http://{machine.ips[0]}:{status[0]['dashboard_port']}"
-        logs = submit_and_wait(handle.address, handle.headers, COUNT_NODES)
-        assert "alive nodes: 2" in logs
+        # On-prem as on clouds (issue 29): no address on the LAN is recorded; an authenticated
+        # job through the SSH forward to the head's loopback runs on the cluster.
+        assert handle.address is None and status[0]["dashboard_host"] == "127.0.0.1"
+        with handle.open() as endpoint:
+            assert endpoint.via == "ssh-forward"
+            logs = submit_and_wait(endpoint.address, handle.headers, COUNT_NODES)
+            assert "alive nodes: 2" in logs
 
-        # Without the token (or with a wrong one) the dashboard and job API refuse.
-        for path in ("/api/jobs/", "/api/v0/nodes", "/api/version"):
-            assert http_status(handle.address + path) == 401
-            assert http_status(handle.address + path, {"Authorization": "Bearer nope"}) == 403
+            # Without the token (or with a wrong one) the dashboard and job API refuse.
+            for path in ("/api/jobs/", "/api/v0/nodes", "/api/version"):
+                assert http_status(endpoint.address + path) == 401
+                assert http_status(endpoint.address + path,
+                                   {"Authorization": "Bearer nope"}) == 403
 
-        # `up` again on the unchanged file: nothing touched, no SSH login, same Ray processes.
+        # `up` again on the unchanged file: nothing touched, same Ray processes; one SSH login,
+        # the forward that asks the head's dashboard (on its loopback since issue 29).
         pids, logins = machine.ray_pids(), machine.accepted_logins()
         assert len(machine.ray_pids("raylet")) == 2 and len(machine.ray_pids("gcs_server")) == 1
         again = handle.cli("up", str(handle.file), "-y", "--format", "json")
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["action"] == "unchanged"
-        assert machine.accepted_logins() == logins
+        assert machine.accepted_logins() == logins + 1
         assert machine.ray_pids() == pids
 
         # A change of autoscaling settings only: applied with --no-restart, Ray keeps running.
@@ -139,7 +144,7 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
         assert result["plan"]["reason"] == "provider.head_ip changed: a new cluster"
         assert result["plan"]["jobs_survive"] is False
         assert "tearing down cluster" in moved.stderr
-        assert result["head_ip"] == second and result["address"].startswith(f"http://{second}:")
+        assert result["head_ip"] == second and result["address"] is None
         assert result["health"]["nodes_alive"] == 2
         moved_gcs = machine.ray_pids("gcs_server")
         assert len(moved_gcs) == 1 and not moved_gcs & gcs  # the old head's Ray is gone
@@ -151,5 +156,6 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
     assert down.returncode == 0, down.stderr
     assert handle.record() is None
     assert not (handle.home / "clusters" / handle.name).exists()
+    assert not (handle.home / "secrets" / "clusters" / f"{handle.name}.tls").exists()
     assert until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), timeout=30), \
         "Ray processes of the cluster are still running after down"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.providers.local import _is_host
+from orchestrator.providers.local import _is_host, exposed_dashboard_hosts
 
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,39}")
 USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
@@ -168,6 +168,14 @@ STRICTER = [
                    or bool(d.get("available_node_types"))),
                {"cluster_name": "c", "provider": {"type": "local", "head_ip": "10.0.0.1",
                                                   "worker_ips": []}, "head_node_type": "head"}),
+    Difference("on local, a --dashboard-host off the head's loopback: the job API would carry "
+               "the cluster's token over the LAN in clear (orchestrate reaches it through an SSH "
+               "forward)",
+               lambda d: _kind(d) == "local" and isinstance(d.get("head_start_ray_commands"), list)
+               and any(exposed_dashboard_hosts(str(c)) for c in d["head_start_ray_commands"]),
+               {"cluster_name": "c", "provider": {"type": "local", "head_ip": "10.0.0.1",
+                                                  "worker_ips": []},
+                "head_start_ray_commands": ["ray start --head --dashboard-host=0.0.0.0"]}),
 ]
 
 LOOSER = [

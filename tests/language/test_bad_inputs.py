@@ -36,6 +36,9 @@ CASES = {
     "local-no-worker-ips.yaml": (2, "provider.worker_ips", "missing 'worker_ips'"),
     "local-with-node-types.yaml": (6, "head_node_type", "not supported by the local provider"),
     "local-max-below-min.yaml": (6, "max_workers", "max_workers 1 is below min_workers 2"),
+    # Issue 29: the job API on the LAN would carry the token in clear.
+    "local-dashboard-on-the-lan.yaml": (8, "head_start_ray_commands[1]",
+                                        "--dashboard-host=0.0.0.0 would expose the dashboard"),
     "head-node-type-unknown.yaml": (6, "head_node_type", "'haed' is not a node type in available_node_types (head, worker) (did you mean 'head'?)"),
     "min-above-max.yaml": (6, "available_node_types.worker.min_workers",
                            "min_workers (4) is above max_workers (2)"),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from orchestrator import providers
-from orchestrator.render.harden import Dashboard, harden_ray_config
+from orchestrator.render.harden import Dashboard, harden_ray_config, tls_folder
 
 CLOUD = {
     "cluster_name": "c", "provider": {"type": "aws", "region": "us-west-2"},
@@ -32,22 +32,48 @@ def test_harden_cloud_binds_dashboard_to_loopback_and_enables_tokens():
     assert again == (hardened, dashboard)
 
 
-def test_harden_local_keeps_the_users_dashboard_host_or_uses_the_head_address():
-    config = {"cluster_name": "l", "provider": {"type": "local", "head_ip": "10.0.0.5",
-                                                 "worker_ips": ["10.0.0.6"]}}
-    local = providers.get("local")
-    hardened, dashboard = harden_ray_config(config, provider=local, token_file="/t")
-    assert hardened["head_start_ray_commands"][-1].endswith("--dashboard-host=10.0.0.5")
-    assert dashboard == Dashboard("10.0.0.5", 8265) and not dashboard.tunneled
-    config["head_start_ray_commands"] = ["ray start --head --dashboard-host 0.0.0.0 "
-                                         "--dashboard-port=9000"]
-    hardened, dashboard = harden_ray_config(config, provider=local, token_file="/t")
-    assert "--dashboard-host 0.0.0.0" in hardened["head_start_ray_commands"][0]
-    assert dashboard == Dashboard("0.0.0.0", 9000)
+LOCAL = {"cluster_name": "l", "provider": {"type": "local", "head_ip": "10.0.0.5",
+                                            "worker_ips": ["10.0.0.6"]}}
 
 
-def test_the_dashboard_host_is_quoted_in_the_start_command():
+def test_harden_local_binds_the_dashboard_to_the_heads_loopback():
+    """Issue 29: on-prem, the job API (and the token sent to it) is not on the LAN in clear."""
+    hardened, dashboard = harden_ray_config(LOCAL, provider=providers.get("local"),
+                                            token_file="/t")
+    assert hardened["head_start_ray_commands"][-1].endswith("--dashboard-host=127.0.0.1")
+    assert "10.0.0.5" not in " ".join(hardened["head_start_ray_commands"])
+    assert dashboard == Dashboard("127.0.0.1", 8265) and dashboard.tunneled
+
+
+def test_harden_local_runs_rays_grpc_with_tls_from_the_folder_beside_the_token():
+    hardened, _ = harden_ray_config(LOCAL, provider=providers.get("local"),
+                                    token_file="/home/u/.orchestrate/secrets/clusters/l")
+    folder = "/home/u/.orchestrate/secrets/clusters/l.tls"
+    assert tls_folder("/home/u/.orchestrate/secrets/clusters/l") == folder
+    assert hardened["file_mounts"] == {"~/.ray/auth_token": "/home/u/.orchestrate/secrets/clusters/l",
+                                       "~/.ray/tls": folder}
+    for command in hardened["head_start_ray_commands"] + hardened["worker_start_ray_commands"]:
+        assert command.startswith("export RAY_AUTH_MODE=token; ")
+        assert ("RAY_USE_TLS=1" in command) == ("ray start" in command), command
+    start = hardened["worker_start_ray_commands"][-1]
+    for variable, file in (("RAY_TLS_CA_CERT", "ca.crt"), ("RAY_TLS_SERVER_CERT", "node.crt"),
+                           ("RAY_TLS_SERVER_KEY", "node.key")):
+        assert f"{variable}=$HOME/.ray/tls/{file}" in start.split("; ")[1].split()
+    assert "BEGIN" not in str(hardened)   # paths only, never a key or certificate
+
+
+def test_no_tls_where_the_nodes_addresses_are_unknown_before_launch():
+    cloud, _ = harden_ray_config(CLOUD, provider=providers.get("aws"), token_file="/t")
+    coordinator = {"cluster_name": "l", "max_workers": 2,
+                   "provider": {"type": "local", "coordinator_address": "10.0.0.1:1234"}}
+    with_coordinator, _ = harden_ray_config(coordinator, provider=providers.get("local"),
+                                            token_file="/t")
+    for hardened in (cloud, with_coordinator):
+        assert "RAY_USE_TLS" not in str(hardened) and "~/.ray/tls" not in hardened["file_mounts"]
+
+
+def test_the_dashboard_host_is_never_taken_from_the_head_address():
     config = {"cluster_name": "l", "provider": {"type": "local", "head_ip": "a b;id",
                                                  "worker_ips": []}}
     start, _ = harden_ray_config(config, provider=providers.get("local"), token_file="/t")
-    assert start["head_start_ray_commands"][-1].endswith("--dashboard-host='a b;id'")
+    assert start["head_start_ray_commands"][-1].endswith("--dashboard-host=127.0.0.1")

@@ -21,8 +21,8 @@ COUNT_NODES = contract.RAY_PYTHON + ("exec $ray_python -c \"import ray; ray.init
 
 
 def test_ssh_cluster_fixture_is_usable(ssh_cluster):
-    with ssh_cluster.open() as access:
-        assert access.address == ssh_cluster.address
+    with ssh_cluster.open() as access:   # on-prem as on clouds: through the SSH forward
+        assert access.via == "ssh-forward"
         logs = submit_and_wait(access.address, access.headers, COUNT_NODES)
     assert "alive nodes: 3" in logs
     text = ssh_cluster.cli("status").stdout

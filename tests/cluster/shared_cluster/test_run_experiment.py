@@ -8,7 +8,9 @@ runs anyway.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import tempfile
 import urllib.error
@@ -103,13 +105,15 @@ def test_run_an_experiment_on_the_ssh_cluster(ssh_cluster, shared_dir, tmp_path,
     checkpoint = Path(summary["best_checkpoint"])
     assert (checkpoint / "model.pt").is_file()
 
-    # The cluster's job API (with the token) has the job, SUCCEEDED.
-    client = JobSubmissionClient(ssh_cluster.address, headers=ssh_cluster.headers)
-    jobs = [j for j in client.list_jobs() if (j.submission_id or "").startswith(f"orchestrate-{name}-")]
-    assert len(jobs) == 1
-    assert str(jobs[0].status.value) == "SUCCEEDED"
-    assert jobs[0].entrypoint == contract.ENTRYPOINT
-    assert "ORCHESTRATE_RESULT" in client.get_job_logs(jobs[0].submission_id)
+    # The cluster's job API (with the token, through the SSH forward) has the job, SUCCEEDED.
+    with ssh_cluster.open() as endpoint:
+        client = JobSubmissionClient(endpoint.address, headers=ssh_cluster.headers)
+        jobs = [j for j in client.list_jobs()
+                if (j.submission_id or "").startswith(f"orchestrate-{name}-")]
+        assert len(jobs) == 1
+        assert str(jobs[0].status.value) == "SUCCEEDED"
+        assert jobs[0].entrypoint == contract.ENTRYPOINT
+        assert "ORCHESTRATE_RESULT" in client.get_job_logs(jobs[0].submission_id)
 
     # Where the job went is recorded: `logs` and `results` need no --cluster.
     logs = ssh_cluster.cli("logs", jobs[0].submission_id)
@@ -121,7 +125,7 @@ def test_run_an_experiment_on_the_ssh_cluster(ssh_cluster, shared_dir, tmp_path,
 
     job_commands_with_cluster(ssh_cluster, jobs[0].submission_id, name, capsys, monkeypatch)
 
-    # Served from the cluster (its Serve proxy on the head's address), through the token.
+    # Served from the cluster (its Serve proxy on the head's loopback), through the token.
     serve_on_the_cluster(ssh_cluster, experiment, tmp_path)
 
 
@@ -178,18 +182,47 @@ def serve_on_the_cluster(ssh_cluster, experiment: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     served = json.loads(done.stdout)
     assert served["cluster"] == ssh_cluster.name and served["status"] == "RUNNING"
-    head = ssh_cluster.address.split("//")[1].split(":")[0]
-    assert served["url"].startswith(f"http://{head}:")  # the head's address, not this host's
+    # On-prem as on clouds (issue 29): the proxy listens on the head's loopback, so the
+    # service's token does not cross the LAN in clear either; reached here through a forward.
+    port = int(served["url"].split(":")[2].split("/")[0])
+    assert served["url"].startswith("http://127.0.0.1:")
     row = {k: float(v) for k, v in zip(*[line.split(",") for line in
                                           (DATA / "breast_cancer_valid.csv").read_text().splitlines()[:2]],
                                        strict=True) if k != "target"}
-    assert post_status(served["url"] + "/predict", [row]) == 401
-    assert post_status(served["url"] + "/predict", [row],
-                       {"Authorization": f"Bearer {served['token']}"}) == 200
-    removed = ssh_cluster.cli("unserve", "mlp-served")
-    assert removed.returncode == 0, removed.stderr
-    assert post_status(served["url"] + "/predict", [row],
-                       {"Authorization": f"Bearer {served['token']}"}) == 404
+    with forward_to_head(ssh_cluster, port) as local:
+        url = served["url"].replace(f":{port}", f":{local}", 1)
+        assert post_status(url + "/predict", [row]) == 401
+        assert post_status(url + "/predict", [row],
+                           {"Authorization": f"Bearer {served['token']}"}) == 200
+        removed = ssh_cluster.cli("unserve", "mlp-served")
+        assert removed.returncode == 0, removed.stderr
+        assert post_status(url + "/predict", [row],
+                           {"Authorization": f"Bearer {served['token']}"}) == 404
+
+
+@contextlib.contextmanager
+def forward_to_head(ssh_cluster, port: int):
+    from orchestrator import launch
+    from orchestrator.state import State
+
+    with monkeypatched_home(ssh_cluster.home):
+        state = State.here()
+        record = state.store.read_cluster(ssh_cluster.name)
+        with launch.backend(record, state).forward(record, port, timeout=20) as local:
+            yield local
+
+
+@contextlib.contextmanager
+def monkeypatched_home(home):
+    before = os.environ.get("ORCHESTRATE_HOME")
+    os.environ["ORCHESTRATE_HOME"] = str(home)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("ORCHESTRATE_HOME", None)
+        else:
+            os.environ["ORCHESTRATE_HOME"] = before
 
 
 def post_status(url: str, body: dict, headers: dict | None = None) -> int:
@@ -208,12 +241,13 @@ def test_a_submission_without_the_token_is_refused(ssh_cluster):
     from orchestrator.reach.endpoint import Endpoint
 
     body = {"entrypoint": "echo should-not-run"}
-    url = ssh_cluster.address + "/api/jobs/"
-    assert post_status(url, body) == 401
-    assert post_status(url, body, {"Authorization": "Bearer wrong"}) == 403
-    with pytest.raises(JobError) as caught:  # our client without the token says so
-        JobsClient(Endpoint(ssh_cluster.address, None, "cluster x")).submit(
-            entrypoint="echo should-not-run", runtime_env={}, submission_id="no-token")
-    assert "refused the token" in (caught.value.hint or "")
-    client_jobs = JobsClient(Endpoint(ssh_cluster.address, ssh_cluster.token, "c")).list()
+    with ssh_cluster.open() as endpoint:   # the forward to the head's loopback
+        url = endpoint.address + "/api/jobs/"
+        assert post_status(url, body) == 401
+        assert post_status(url, body, {"Authorization": "Bearer wrong"}) == 403
+        with pytest.raises(JobError) as caught:  # our client without the token says so
+            JobsClient(Endpoint(endpoint.address, None, "cluster x")).submit(
+                entrypoint="echo should-not-run", runtime_env={}, submission_id="no-token")
+        assert "refused the token" in (caught.value.hint or "")
+        client_jobs = JobsClient(Endpoint(endpoint.address, ssh_cluster.token, "c")).list()
     assert not [j for j in client_jobs if "should-not-run" in (j.entrypoint or "")]
