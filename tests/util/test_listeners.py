@@ -116,3 +116,15 @@ def test_the_relay_pipes_to_a_unix_socket_and_holds_its_port(tmp_path):
             again.bind(("127.0.0.1", port))
     with squatter(tmp_path / "got") as other, pytest.raises(OSError):
         Relay(path, port=other.port)    # a port asked for and taken: an error, not a stranger
+
+
+def test_the_sign_in_asks_no_stranger_for_a_cookie(tmp_path):
+    """The sign-in link's request for Ray's cookie carries the token: a squatter on the
+    dashboard's address is sent nothing, and the error says why."""
+    from orchestrator.errors import ClusterError
+    from orchestrator.reach.signin import ray_cookie
+
+    with squatter(tmp_path / "got") as other:
+        with pytest.raises(ClusterError, match="not ours.*no token sent"):
+            ray_cookie(other.address, TOKEN)
+        assert other.received == b""
