@@ -172,6 +172,8 @@ class JobsClient:
 def _make_client(address: str, headers: dict[str, str] | None) -> Any:
     import logging
 
+    import ray.job_submission  # noqa: F401 - first: importing it sets its loggers to INFO
+
     for name in ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging",
                  "ray.dashboard.modules.job.sdk"):  # "Uploading package ...": noise for users
         logging.getLogger(name).setLevel(logging.WARNING)
