@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from ..errors import JobError, MissingDependency
 from ..reach.endpoint import Endpoint
+from ..util import listeners
 from ..util.waiting import poll
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -21,6 +22,8 @@ NO_AGENT = "No available agent to submit job"   # Ray's 500 while its job agent 
 # in CI on the embedded Ray); a refused connection is not this, and is not tried again.
 DROPPED = "Connection aborted"
 AGENT_WAIT = 60.0
+NOT_OURS = ("another program holds that port (or the forward closed): run the command again; "
+            "if it keeps happening, see who listens there (`ss -ltnp`)")
 PROBE_EVERY = 5.0     # seconds between checks that the head still answers while following
 LOST_AFTER = 30.0     # seconds of silence from the head before following gives up
 T = TypeVar("T")
@@ -36,6 +39,9 @@ class JobsClient:
             return function(*args, **kwargs)
         except JobError:
             raise
+        except listeners.NotOurs as exc:
+            raise JobError(f"{self.endpoint.label} ({self.endpoint.address}): {exc}; no token "
+                           f"sent", hint=NOT_OURS) from None
         except ImportError as exc:
             raise MissingDependency("ray", "ray") from exc
         except Exception as exc:  # noqa: BLE001 - Ray raises RuntimeError, requests' errors, ...
@@ -166,12 +172,45 @@ class JobsClient:
 def _make_client(address: str, headers: dict[str, str] | None) -> Any:
     import logging
 
-    from ray.job_submission import JobSubmissionClient
+    import ray.job_submission  # noqa: F401 - first: importing it sets its loggers to INFO
 
     for name in ("ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging",
                  "ray.dashboard.modules.job.sdk"):  # "Uploading package ...": noise for users
         logging.getLogger(name).setLevel(logging.WARNING)
-    return JobSubmissionClient(address, headers=headers)
+    return submission_client(address, headers)
+
+
+# What `requests` is given as `proxies` so that it reads none from the environment (a key set
+# to None is kept by its merge with the environment's, then dropped: no proxy at all).
+NO_PROXIES: dict[str, None] = {"http": None, "https": None, "all": None}
+
+
+def submission_client(address: str, headers: dict[str, str] | None) -> Any:
+    """Ray's JobSubmissionClient, with every request that carries a token sent directly (no
+    HTTP(S)_PROXY / ALL_PROXY), never redirected (a 3xx is an error; requests would follow it),
+    and only to a listener proven ours (`util.listeners`). Every HTTP request of Ray's client
+    goes through `_do_request`; the log stream (`tail_job_logs`) is aiohttp's, which reads no
+    proxy variables and drops Authorization on a redirect to another origin; it is checked
+    too."""
+    from ray.job_submission import JobSubmissionClient
+
+    class Direct(JobSubmissionClient):
+        def _guard(self) -> None:
+            if any(key.lower() == "authorization" for key in (self._headers or {})):
+                listeners.check(self._address)
+
+        def _do_request(self, method: str, endpoint: str, **kwargs: Any) -> Any:
+            self._guard()
+            kwargs.setdefault("allow_redirects", False)
+            kwargs.setdefault("proxies", dict(NO_PROXIES))
+            return super()._do_request(method, endpoint, **kwargs)
+
+        async def tail_job_logs(self, job_id: str) -> Any:
+            self._guard()
+            async for chunk in super().tail_job_logs(job_id):
+                yield chunk
+
+    return Direct(address, headers=headers)
 
 
 def _raise(exc: Exception) -> None:

@@ -57,14 +57,12 @@ class ServeClient:
         """orchestrate's package in the cluster's GCS, as `ray job submit` uploads py_modules
         (only when the cluster does not hold this content yet); its gcs:// URI (Serve's REST
         API takes only remote URIs)."""
-        from ray.job_submission import JobSubmissionClient
-
         from ..render.experiment import package_dir
+        from .client import submission_client
 
         env: dict[str, Any] = {"py_modules": [package_dir()]}
         try:
-            client = JobSubmissionClient(self.endpoint.address,
-                                         headers=self.endpoint.headers or None)
+            client = submission_client(self.endpoint.address, self.endpoint.headers or None)
             client._upload_py_modules_if_needed(env)  # the job client's own upload (no public API)
         except Exception as exc:  # noqa: BLE001 - Ray raises RuntimeError, requests' errors, ...
             raise ServeError(f"{self.endpoint.label}: uploading orchestrate's package failed: "

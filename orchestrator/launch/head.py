@@ -1,4 +1,5 @@
-"""The head of a `ray up` cluster over SSH: the port forward (`ssh -N -L`) and `exec`.
+"""The head of a `ray up` cluster over SSH: the port forward (`ssh -N -L` to a Unix socket,
+behind a relay we hold: `forward`) and `exec`.
 
 `exec` is written by hand: `ray exec` ends with exit code 1 whatever the remote command returned
 (its command runner turns every failure into one ClickException), and a script needs the remote
@@ -10,9 +11,12 @@ itself failed).
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
@@ -20,8 +24,8 @@ from typing import IO, Any
 from ..errors import ClusterError
 from ..state import ClusterRecord, State
 from ..util import http, ssh
-from ..util.ports import free_port, is_free
 from ..util.processes import dies_with_parent, handing_signals_to, stop_child_group
+from ..util.relay import Relay
 from ..util.waiting import poll
 from . import known_hosts
 
@@ -48,40 +52,61 @@ def auth(record: ClusterRecord, state: State) -> dict[str, Any]:
 def forward(auth: Mapping[str, Any], head_ip: str, remote_port: int, *, timeout: float,
             local_port: int | None = None, remote_host: str = "127.0.0.1",
             watch: list[subprocess.Popen[str]] | None = None) -> Iterator[int]:
-    """`ssh -N -L 127.0.0.1:PORT:remote_host:remote_port head`, closed on exit. PORT is
-    `local_port` (ClusterError if taken), else a free one. `watch` gets the ssh process, for
-    a caller that keeps the forward open and must notice when it dies."""
-    if local_port is not None and not is_free(local_port):
-        raise ClusterError(f"local port {local_port} is taken on this machine",
-                           hint="choose another with --port, or leave --port out for a free one")
-    port = local_port or free_port()
+    """A port on 127.0.0.1 that reaches `remote_host:remote_port` on the head, closed on exit.
+
+    No port is ever picked, released and handed to ssh (another user could bind it first and be
+    sent the token): `ssh -N -L SOCKET:remote_host:remote_port head` listens on a Unix socket in
+    a fresh 0700 folder, and the port returned is a `Relay` this process binds first (port
+    `local_port`, ClusterError if taken, else any) and holds until the block ends, piping each
+    connection of this user to the socket. `watch` gets the ssh process, for a caller that keeps
+    the forward open and must notice when it dies."""
     try:
         command = ssh.ssh_command(auth, head_ip)
     except ssh.SshError as exc:
         raise ClusterError(str(exc)) from None
-    command[1:1] = ["-N", "-o", "ExitOnForwardFailure=yes",
-                    "-L", f"127.0.0.1:{port}:{remote_host}:{remote_port}"]
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True,
-                               preexec_fn=dies_with_parent())  # noqa: PLW1509 - one C call
+    folder = tempfile.mkdtemp(prefix="orc-fwd-", dir="/tmp")   # 0700; short: a socket path
+    socket_path = os.path.join(folder, "dashboard")
+    try:
+        relay = Relay(socket_path, port=local_port or 0)
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ClusterError(f"local port {local_port} is taken on this machine",
+                           hint="choose another with --port, or leave --port out for a free one")\
+            from None
+    command[1:1] = ["-N", "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindMask=0177",
+                    "-L", f"{socket_path}:{remote_host}:{remote_port}"]
+    try:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                   preexec_fn=dies_with_parent())  # noqa: PLW1509 - one C call
+    except BaseException:
+        relay.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     if watch is not None:
         watch.append(process)
     try:
-        _wait_forward(process, port, head_ip, timeout)
-        yield port
+        relay.start()
+        _wait_forward(process, socket_path, relay.port, head_ip, timeout)
+        yield relay.port
     finally:
+        relay.close()
         stop_child_group(process)
         if process.stderr:
             process.stderr.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def _wait_forward(process: subprocess.Popen[str], port: int, head_ip: str,
+def _wait_forward(process: subprocess.Popen[str], socket_path: str, port: int, head_ip: str,
                   timeout: float) -> None:
+    """Until ssh listens on its socket and what it reaches answers HTTP through the relay."""
     def ready() -> bool | None:
         if process.poll() is not None:
             error = (process.stderr.read() if process.stderr else "").strip().splitlines()
             raise ClusterError(f"could not open an SSH port forward to the head {head_ip}: "
                                f"{error[-1] if error else f'ssh exited with {process.returncode}'}")
+        if not os.path.exists(socket_path):
+            return None
         return True if http.answers(f"http://127.0.0.1:{port}") else None
 
     if poll(ready, timeout=timeout, interval=0.2) is None:

@@ -1,8 +1,25 @@
 """The embedded Ray: a private `ray start --head --block` child for runs without a cluster.
 
 Never `ray stop`: it kills every Ray process of the user on the host. This Ray gets its own
---temp-dir (short: unix socket paths are limited to ~107 bytes) and its own free ports, runs in
-its own process group, and is stopped by signalling that group only.
+--temp-dir (short: unix socket paths are limited to ~107 bytes), runs in its own process group,
+and is stopped by signalling that group only.
+
+No port is picked for it (issue 29): a port we chose, closed and handed to `ray start` could be
+bound first by another user, who would then be sent the token (by our clients, and by Ray's own
+processes over gRPC to the GCS). Ray binds each one itself (port 0): the GCS, the dashboard,
+the dashboard agent's HTTP and gRPC ports, the runtime-env agent, the metrics exporter, the
+raylet's node and object managers and the workers; its Ray Client server, which nothing of
+ours uses and whose port cannot be 0, is not started (`no_ray_client`, Ray's RAY_START_HOOK).
+We read back the dashboard's port from the dashboard process's own listening socket (found in
+/proc among the group's processes) and the GCS's from the port file the GCS writes in its
+session folder. Ray makes its temp dir world-writable (0777), so that dir sits inside a 0700
+folder of ours: nobody else can reach its port files or sockets. Ray's processes find this Ray
+(not another on the host) through RAY_TMPDIR, which points at that folder (the
+`ray_current_cluster` file `ray start` writes there), instead of a RAY_ADDRESS we cannot know
+before the GCS has bound its port. The dashboard's address is vouched for as the group's
+(`util.listeners.vouch`): every request with the token first proves the listener is still a
+process of this Ray's group. Left on fixed ports, and sent no token: the dashboard's and the
+autoscaler monitor's Prometheus metrics servers (44227, 44217 on all interfaces, Ray's defaults).
 
 It runs with Ray's token authentication (RAY_AUTH_MODE=token): each instance gets a new token
 (the SecretStore's key TOKEN_KEY; Ray reads the file through RAY_AUTH_TOKEN_PATH), which our
@@ -25,14 +42,14 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ..contract import MLFLOW_CREDENTIALS
 from ..errors import JobError, OrchestrateError
 from ..state import SecretStore, home
-from ..util import http
+from ..util import http, listeners
 from ..util.files import atomic_write, tail
 from ..util.locks import Busy, held
-from ..util.ports import free_ports
 from ..util.processes import alive, kill_naming, names_in_command_line, ray_command, stop_group
 from ..util.waiting import until
 from .endpoint import EMBEDDED, Endpoint
@@ -51,6 +68,7 @@ class EmbeddedRay:
     keep: bool = False
 
     def endpoint(self, secrets: SecretStore) -> Endpoint:
+        listeners.vouch(self.address, self.pid)   # its listener: a process of its group
         return Endpoint(self.address, _token(secrets), LABEL, EMBEDDED)
 
 
@@ -96,10 +114,24 @@ def _recorded() -> EmbeddedRay | None:
         return None
 
 
-def _read_record(secrets: SecretStore) -> EmbeddedRay | None:
-    """The recorded Ray if it runs and answers with our token."""
+def _read_record(secrets: SecretStore, *, strangers: bool = False) -> EmbeddedRay | None:
+    """The recorded Ray if it runs and answers with our token. JobError if it runs but its
+    address is held by a process outside its group (no token is sent there), unless
+    `strangers` (stopping it needs no request)."""
     ray = _recorded()
-    return ray if ray and alive(ray.pid) and _answers(ray.address, secrets) else None
+    if not ray or not alive(ray.pid) or not names_in_command_line(ray.pid, ray.temp_dir):
+        return None
+    listeners.vouch(ray.address, ray.pid)
+    try:
+        listeners.check(ray.address)
+    except listeners.NotOurs as exc:
+        if strangers:
+            return ray
+        raise JobError(f"{LABEL} runs (pid {ray.pid}) but its dashboard address is not its own: "
+                       f"{exc}; no token sent",
+                       hint="`orchestrate stop --embedded` stops it; the next run starts "
+                            "another") from None
+    return ray if _answers(ray.address, secrets) else None
 
 
 def _write_record(ray: EmbeddedRay | None, secrets: SecretStore) -> None:
@@ -116,35 +148,45 @@ def client_environment(secrets: SecretStore) -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(secrets.path(TOKEN_KEY))}
 
 
+def no_ray_client(params: Any, head: bool) -> None:
+    """RAY_START_HOOK for `ray start`: no Ray Client server. `ray start` gives it port 10001
+    unless told another, never 0, and nothing of ours connects to it."""
+    params.ray_client_server_port = None
+
+
+HOOK = f"{__name__}.no_ray_client"
+
+
 def start(secrets: SecretStore, num_cpus: int | None = None,
           timeout: float = 120.0) -> EmbeddedRay:
     """Start a private head on loopback; returns once its job API answers."""
     num_cpus = num_cpus or max(os.cpu_count() or 1, 4)
-    gcs, dash, client, agent, agent_grpc, env_agent, metrics = free_ports(7)
-    temp_dir = tempfile.mkdtemp(prefix="orc-", dir="/tmp")
+    private = tempfile.mkdtemp(prefix="orc-", dir="/tmp")   # 0700: Ray's own dirs are 0777
+    temp_dir = os.path.join(private, "ray")
     command = ray_command(
         "start", "--head", "--block", "--disable-usage-stats",
-        "--node-ip-address", "127.0.0.1", "--port", str(gcs), "--temp-dir", temp_dir,
-        "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
-        "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent),
-        "--dashboard-agent-grpc-port", str(agent_grpc), "--runtime-env-agent-port",
-        str(env_agent), "--metrics-export-port", str(metrics),
+        "--node-ip-address", "127.0.0.1", "--port", "0", "--temp-dir", temp_dir,
+        "--dashboard-host", "127.0.0.1", "--dashboard-port", "0",
+        "--dashboard-agent-listen-port", "0", "--dashboard-agent-grpc-port", "0",
+        "--runtime-env-agent-port", "0", "--metrics-export-port", "0",
         "--min-worker-port", "0", "--max-worker-port", "0", "--num-cpus", str(num_cpus),
     )
     secrets.replace(TOKEN_KEY)  # a new one per instance
     # RAY_AUTH_TOKEN would win over the file; MLflow's credentials go to the jobs that need
     # them as their secrets, not into every process of a Ray that may outlive the run.
     env = {k: v for k, v in os.environ.items()
-           if k != "RAY_AUTH_TOKEN" and k not in MLFLOW_CREDENTIALS}
+           if k not in ("RAY_AUTH_TOKEN", "RAY_ADDRESS") and k not in MLFLOW_CREDENTIALS}
     env.update(client_environment(secrets))
     # Ray processes that look for "their" cluster (Train's placement-group cleaner does) would
-    # find every Ray on the host and give up; point them at this one.
-    env["RAY_ADDRESS"] = f"127.0.0.1:{gcs}"
+    # find every Ray on the host and give up: RAY_TMPDIR points them at this one's
+    # `ray_current_cluster` (<temp_dir> is RAY_TMPDIR/ray, Ray's default there).
+    env["RAY_TMPDIR"] = private
+    env["RAY_START_HOOK"] = HOOK
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     # the job's `python` must be this interpreter (a venv need not be activated to use it)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"  # else SIGTERM waits to drain the node
-    log_path = Path(temp_dir) / "ray-start.log"
+    log_path = Path(private) / "ray-start.log"
     with open(log_path, "wb") as log:
         try:
             process = subprocess.Popen(
@@ -152,17 +194,51 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
                 env=env, start_new_session=True,
             )
         except OSError as exc:
+            shutil.rmtree(private, ignore_errors=True)
             raise JobError(f"could not start the embedded Ray: {exc}",
                            hint='pip install "orchestrate[ray]"') from exc
-    ray = EmbeddedRay(f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}", process.pid, temp_dir,
-                      num_cpus)
-    up = until(lambda: process.poll() is not None or _answers(ray.address, secrets),
-               timeout=timeout, interval=0.5)
-    if not up or process.poll() is not None:
+    found: list[EmbeddedRay] = []
+
+    def up() -> bool:
+        if process.poll() is not None:
+            return True
+        if not found:
+            ports = _bound_ports(process.pid, temp_dir)
+            if ports is None:
+                return False
+            dash, gcs = ports
+            found.append(EmbeddedRay(f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}",
+                                     process.pid, temp_dir, num_cpus))
+            listeners.vouch(found[0].address, process.pid)
+        return _answers(found[0].address, secrets)
+
+    ready = until(up, timeout=timeout, interval=0.5)
+    ray = found[0] if found else EmbeddedRay("", "", process.pid, temp_dir, num_cpus)
+    if not ready or process.poll() is not None:
         text = tail(log_path)
         stop(ray)
         raise JobError(f"the embedded Ray did not start:\n{text}")
     return ray
+
+
+def _bound_ports(group: int, temp_dir: str) -> tuple[int, int] | None:
+    """(dashboard, GCS) ports this Ray bound, once both are known: the one port its dashboard
+    process listens on at 127.0.0.1, and the GCS's port file in its session folder (inside
+    our 0700 folder: nobody else can have written it)."""
+    session = Path(temp_dir) / "session_latest"
+    gcs_files = list(session.glob("gcs_server_port_*"))
+    if not gcs_files:
+        return None
+    try:
+        gcs = int(gcs_files[0].read_text().strip())
+    except (OSError, ValueError):
+        return None
+    for pid in listeners.members(group):
+        if names_in_command_line(pid, "dashboard/dashboard.py") and \
+                names_in_command_line(pid, temp_dir):
+            ports = listeners.listening_ports(pid, "127.0.0.1")
+            return (ports[0], gcs) if len(ports) == 1 else None
+    return None
 
 
 def stop(ray: EmbeddedRay, timeout: float = 30.0) -> None:
@@ -173,6 +249,9 @@ def stop(ray: EmbeddedRay, timeout: float = 30.0) -> None:
         stop_group(ray.pid, timeout=timeout)
     kill_naming(ray.temp_dir)
     shutil.rmtree(ray.temp_dir, ignore_errors=True)
+    private = Path(ray.temp_dir).parent   # the 0700 folder around it (older records: none)
+    if Path(ray.temp_dir).name == "ray" and private.name.startswith("orc-"):
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _live_users() -> list[Path]:
@@ -238,7 +317,7 @@ def keep_running(secrets: SecretStore) -> None:
 def shutdown(secrets: SecretStore) -> bool:
     """Stop the embedded Ray whoever started it; False if none was up."""
     with _locked():
-        ray = _read_record(secrets)
+        ray = _read_record(secrets, strangers=True)
         if ray is None:
             return False
         stop(ray)

@@ -6,10 +6,12 @@
 
 Which of them a command reaches is decided in `target.open_target`.
 
-When the cluster's dashboard binds to the head's loopback (clouds), a forward from a free local
-port to the head's dashboard port (its launch backend's: `ssh -N -L` for `ray up` clusters) is
-open for the duration of the block. Clients send the token as `Authorization: Bearer <token>`
-(`headers`).
+When the cluster's dashboard binds to the head's loopback (clouds), a forward to the head's
+dashboard port (its launch backend's: for `ray up` clusters `ssh -N -L` to a Unix socket in a
+0700 folder, behind a 127.0.0.1 port this process holds) is open for the duration of the block.
+Clients send the token as `Authorization: Bearer <token>` (`headers`), never through a proxy,
+never across a redirect, and to a loopback address only once its listener is proven ours
+(`util.listeners`; the embedded Ray vouches for its dashboard's address).
 """
 from __future__ import annotations
 

@@ -25,7 +25,6 @@ import http.cookies
 import http.server
 import os
 import secrets
-import socket
 import threading
 import time
 import urllib.error
@@ -33,6 +32,9 @@ import urllib.request
 from collections.abc import Callable
 
 from ..errors import ClusterError
+from ..util import listeners
+from ..util.http import DIRECT
+from ..util.listeners import peer_uid
 
 COOKIE_ENDPOINT = "/api/authenticate"
 COOKIE_NAME = "ray-authentication-token"
@@ -42,12 +44,17 @@ LIFETIME = 600.0   # seconds a link is good for
 
 def ray_cookie(dashboard: str, token: str, *, timeout: float = 10) -> str:
     """The `Set-Cookie` value Ray's dashboard answers a valid token with, made a session
-    cookie. Straight to the loopback address: a configured HTTP proxy never sees the token."""
+    cookie. Straight to the loopback address, to a listener proven ours, never redirected: a
+    configured HTTP proxy, a stranger on the port or a redirect target never sees the token."""
     request = urllib.request.Request(dashboard.rstrip("/") + COOKIE_ENDPOINT, data=b"",
                                      headers={"Authorization": f"Bearer {token}"}, method="POST")
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with direct.open(request, timeout=timeout) as response:
+        listeners.check(dashboard)
+    except listeners.NotOurs as exc:
+        raise ClusterError(f"the dashboard at {dashboard} is not ours: {exc}; no token sent") \
+            from None
+    try:
+        with DIRECT.open(request, timeout=timeout) as response:
             cookie: str | None = response.headers.get("Set-Cookie")
     except urllib.error.HTTPError as exc:
         raise ClusterError(f"the dashboard refused the recorded token (HTTP {exc.code})",
@@ -77,25 +84,6 @@ def session_cookie(header: str) -> str:
     morsel["max-age"] = ""
     morsel["expires"] = ""
     return morsel.OutputString()
-
-
-def peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
-    """The uid owning the client end of a loopback TCP connection to `server`, read from
-    /proc/net/tcp (Linux); None where that cannot be told."""
-    def hex_address(address: tuple[str, int]) -> str:
-        packed = socket.inet_aton(address[0])[::-1].hex().upper()   # little-endian, as the kernel
-        return f"{packed}:{address[1]:04X}"
-
-    wanted = (hex_address(client), hex_address(server))
-    try:
-        with open("/proc/net/tcp") as table:
-            for line in table.readlines()[1:]:
-                fields = line.split()
-                if (fields[1], fields[2]) == wanted:
-                    return int(fields[7])
-    except (OSError, IndexError, ValueError):
-        return None
-    return None
 
 
 class SignIn:

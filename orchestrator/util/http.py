@@ -2,6 +2,12 @@
 
 Ray's job client and the Serve client take the same `headers`, so `bearer()` is the one place
 the header is spelt.
+
+Every request here goes straight to its address: HTTP(S)_PROXY, ALL_PROXY and NO_PROXY are not
+read (the addresses are loopback, a forward or the cluster's own, and a proxy would see the
+token), and a redirect is not followed (urllib's default handler would copy `Authorization`
+to wherever it points): a 3xx is an HttpError. Before a token goes to a loopback address,
+`listeners.check` proves the listener is ours; if not, HttpError (status None) and nothing sent.
 """
 from __future__ import annotations
 
@@ -9,6 +15,17 @@ import json
 import urllib.error
 import urllib.request
 from typing import Any
+
+from . import listeners
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *_: Any, **__: Any) -> None:
+        return None   # urllib then raises the 3xx as an HTTPError
+
+
+# No ProxyHandler reading the environment, no redirects.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
 
 class HttpError(Exception):
@@ -23,11 +40,21 @@ def bearer(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
+def _open(request: urllib.request.Request, timeout: float) -> Any:
+    """Open `request` directly; with a token only to a listener proven ours."""
+    if request.has_header("Authorization"):
+        try:
+            listeners.check(request.full_url)
+        except listeners.NotOurs as exc:
+            raise HttpError(f"{exc}: no token sent") from None
+    return DIRECT.open(request, timeout=timeout)
+
+
 def get_json(address: str, path: str, token: str | None, *, timeout: float = 5) -> Any:
     """GET `address + path` with the token; the decoded JSON, or HttpError."""
     request = urllib.request.Request(address.rstrip("/") + path, headers=bearer(token))
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _open(request, timeout) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         raise HttpError(f"HTTP {exc.code}", exc.code) from None
@@ -43,7 +70,7 @@ def send_json(address: str, path: str, token: str | None, body: Any, *, method: 
     request = urllib.request.Request(address.rstrip("/") + path, data=json.dumps(body).encode(),
                                      headers=headers, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with _open(request, timeout) as response:
             text = response.read()
             return json.loads(text) if text.strip() else None
     except urllib.error.HTTPError as exc:
@@ -57,13 +84,14 @@ def send_json(address: str, path: str, token: str | None, body: Any, *, method: 
 def answers(address: str, token: str | None = None, path: str = "/api/version", *,
             timeout: float = 2) -> bool:
     """Whether something answers HTTP there; without a token a 401/403 still counts (the
-    dashboard is up, it just wants the token); with one, only a success counts."""
+    dashboard is up, it just wants the token); with one, only a success from a listener proven
+    ours (never a token to anyone else)."""
     request = urllib.request.Request(address.rstrip("/") + path, headers=bearer(token))
     try:
-        urllib.request.urlopen(request, timeout=timeout).close()
+        _open(request, timeout).close()
     except urllib.error.HTTPError:
         return not token
-    except OSError:
+    except (OSError, HttpError):
         return False
     return True
 
@@ -71,7 +99,7 @@ def answers(address: str, token: str | None = None, path: str = "/api/version", 
 def status_of(url: str, *, timeout: float = 2) -> int | None:
     """The HTTP status a plain GET of `url` gets; None when nothing answers."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with DIRECT.open(url, timeout=timeout) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)

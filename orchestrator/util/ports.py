@@ -1,4 +1,11 @@
-"""Free TCP ports on loopback."""
+"""Free TCP ports on loopback.
+
+A free port is free only until someone binds it, and its number, once handed to another
+program, is in /proc/*/cmdline for every local user to see: never hand one to a program that
+will then be sent a credential (issue 29). Bind the port yourself and keep it
+(`util.relay.Relay`), or let the program bind port 0 and read back what it bound
+(`reach.embedded`). These are for ports nobody sends a token to.
+"""
 from __future__ import annotations
 
 import socket

@@ -85,3 +85,37 @@ def test_submit_waits_for_a_job_agent_that_is_still_starting(starting):
         server.server_close()
         thread.join(5)
     assert posts == ["s-1", "s-1", "s-1"]
+
+
+def test_a_squatter_gets_no_token_and_the_command_says_so(tmp_path):
+    """Another process holds the address (as after a picked-then-released port was taken):
+    Ray's client used to send it the token with its first request (/api/version)."""
+    from tests.squatters import squatter
+
+    with squatter(tmp_path / "got") as other:
+        with pytest.raises(JobError) as caught:
+            JobsClient(Endpoint(other.address, "t0ken-for-nobody", "the embedded Ray")).list()
+        assert other.received == b""
+    message = caught.value.message
+    assert "the embedded Ray" in message and "no token sent" in message
+    assert "t0ken-for-nobody" not in message + str(caught.value.hint)
+
+
+def test_proxy_variables_see_no_token_and_a_redirect_is_not_followed(monkeypatch):
+    """requests (Ray's client) reads HTTP_PROXY/ALL_PROXY for 127.0.0.1 too: a real "proxy"
+    listener must see nothing; a 302 to another real listener is an error, and that listener
+    sees nothing."""
+    from tests.squatters import serving, set_proxy
+
+    with serving() as proxy, serving() as dashboard:
+        set_proxy(monkeypatch, proxy.address)
+        client = JobsClient(Endpoint(dashboard.address, "s3cret", "cluster p"))
+        with pytest.raises(JobError):
+            client.list()                # the fake answers JSON that is not a job list
+        assert proxy.requests == []
+        assert dashboard.authorizations() and \
+            set(dashboard.authorizations()) == {"Bearer s3cret"}
+    with serving() as elsewhere, serving(redirect_to=elsewhere.address) as dashboard:
+        with pytest.raises(JobError):     # Ray reads the 302 as a bad answer
+            JobsClient(Endpoint(dashboard.address, "s3cret", "cluster r"))
+        assert elsewhere.requests == []

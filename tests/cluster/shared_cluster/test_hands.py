@@ -191,8 +191,9 @@ def test_dashboard_ends_when_its_forward_dies(ssh_cluster):
         stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
         assert read_json_object(process)["browser"] == "--no-browser"
-        forward = f"-L 127.0.0.1:{port}:"
-        pids = subprocess.run(["pgrep", "-f", "--", forward], capture_output=True, text=True).stdout
+        # the forward's ssh: a child of the command (it listens on a Unix socket, not the port)
+        pids = subprocess.run(["pgrep", "-P", str(process.pid), "-x", "ssh"], capture_output=True,
+                              text=True).stdout
         assert len(pids.split()) == 1, pids
         os.kill(int(pids), signal.SIGKILL)          # as when the network drops the connection
         process.wait(timeout=30)

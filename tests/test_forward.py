@@ -1,0 +1,61 @@
+"""The SSH forward leaves no port to take (issue 29, point 1): ssh listens on a Unix socket in a
+0700 folder, and the port we use is a relay this process holds. Against a real sshd on loopback
+addresses (its "head" shares this machine's loopback, where a fake dashboard of the test's own
+listens), with a real squatter in another process on the port the old code would have picked."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from orchestrator.launch import head
+from orchestrator.util import http, listeners, ports
+from tests.providers.test_local import sshd  # noqa: F401 - the fixture
+from tests.squatters import serving, squatter
+
+pytestmark = pytest.mark.ssh
+
+TOKEN = "t0ken-for-the-head-only"
+
+
+def ssh_children() -> list[list[str]]:
+    import psutil
+
+    return [child.cmdline() for child in psutil.Process().children(recursive=True)
+            if child.name() == "ssh"]
+
+
+def test_a_squatter_on_the_picked_port_gets_no_token(sshd, tmp_path, monkeypatch):  # noqa: F811
+    """The race won by the squatter, made certain: the port a forward would have been handed
+    is already held by another process. The old forward took it for the head (its readiness
+    probe got an answer there) and the token went to it; now the forward's port is ours."""
+    auth = {"ssh_user": "root", "ssh_private_key": str(sshd["key"])}
+    with serving() as dashboard, squatter(tmp_path / "got") as other:
+        monkeypatch.setattr(ports, "free_port", lambda host="127.0.0.1": other.port)
+        monkeypatch.setattr(head, "free_port", lambda host="127.0.0.1": other.port,
+                            raising=False)
+        remote_port = int(dashboard.address.rsplit(":", 1)[1])
+        with head.forward(auth, sshd["hosts"][0], remote_port, timeout=20) as port:
+            address = f"http://127.0.0.1:{port}"
+            assert port != other.port and listeners.ours(address)
+            assert http.get_json(address, "/api/version", TOKEN)["version"] == "4"
+            [command] = ssh_children()
+            forward = command[command.index("-L") + 1]
+            folder = os.path.dirname(forward.split(":")[0])
+            assert forward.startswith("/tmp/orc-fwd-")   # a socket path, no TCP port
+            assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        assert not os.path.exists(folder) and ssh_children() == []
+        assert other.received == b""
+        assert dashboard.authorizations() == [f"Bearer {TOKEN}"]
+
+
+def test_a_port_asked_for_and_taken_is_refused_before_ssh_starts(sshd, tmp_path):  # noqa: F811
+    from orchestrator.errors import ClusterError
+
+    auth = {"ssh_user": "root", "ssh_private_key": str(sshd["key"])}
+    with squatter(tmp_path / "got") as other, \
+            pytest.raises(ClusterError, match=f"local port {other.port} is taken"), \
+            head.forward(auth, sshd["hosts"][0], 1, timeout=20, local_port=other.port):
+        pass
+    assert ssh_children() == [] and other.received == b""
