@@ -25,10 +25,11 @@ from typing import Any
 from .. import launch
 from ..errors import OrchestrateError, Problem, ServeError, SpecError
 from ..language.service import ServiceSpec, load_service
+from ..reach.endpoint import Endpoint
 from ..reach.target import embedded_endpoint, open_target, recorded_cluster
 from ..render import service as render
 from ..state import ClusterRecord, State, service_key
-from ..util import http
+from ..util import http, listeners
 from ..util.ports import free_port
 from ..util.progress import Progress
 from ..util.waiting import poll
@@ -121,6 +122,24 @@ def reach(url_host: str, port: int, cluster: ClusterRecord | None,
         yield f"http://127.0.0.1:{local}"
 
 
+def _proxy_is_the_embedded_rays(base: str, endpoint: Endpoint) -> None:
+    """The port the embedded Ray's Serve proxy was given is picked free, then bound by Serve:
+    a process of another user (or not of that Ray) could have bound it first and would then
+    receive every client's token. So the listener must be the embedded Ray's process group's
+    (the one vouched for its dashboard) before the service is reported up."""
+    group = listeners.group_of(endpoint.address)
+    if group is None:
+        return
+    listeners.vouch(base, group)
+    try:
+        listeners.check(base)
+    except listeners.NotOurs as exc:
+        raise ServeError(f"the Serve proxy's address {base} is not the embedded Ray's ({exc}): "
+                         f"clients would send the service's token to it",
+                         hint="set another http_port in the service file, or stop the process "
+                              "that holds that port") from None
+
+
 def _healthy(base: str, route: str) -> None:
     def ok() -> bool | None:
         return True if http.status_of(base + route.rstrip("/") + "/healthz") == 200 else None
@@ -162,6 +181,8 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
             status = serve.wait(spec.name, progress)
         with reach(url_host, int(options["port"]), cluster, state) as base:
             _healthy(base, spec.route_prefix)
+            if cluster is None:
+                _proxy_is_the_embedded_rays(base, endpoint)
         url = f"http://{url_host}:{options['port']}{spec.route_prefix.rstrip('/')}"
     state.store.record_service(spec.name, {
         "cluster": cluster.name if cluster else None, "file": str(spec.path.resolve()),
