@@ -22,6 +22,7 @@ from pathlib import Path
 from ..contract import JobConfig
 from ..errors import Problem, SpecError
 from ..language.experiment import ExperimentSpec
+from ..util import http as http_util
 from ..util.ports import is_loopback
 from ..workload.tracking import MISSING, is_file_store, public_uri
 
@@ -109,7 +110,7 @@ def _server_problem(uri: str, experiment: str, *, embedded: bool, environ: Mappi
         f"{shown.rstrip('/')}/api/2.0/mlflow/experiments/get-by-name?{query}",
         headers=_credentials(uri, environ))
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT):
+        with http_util.opener_for(request.full_url).open(request, timeout=TIMEOUT):
             return None
     except urllib.error.HTTPError as exc:
         code, body = exc.code, exc.read()[:4096]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -26,6 +27,17 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 # No ProxyHandler reading the environment, no redirects.
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+# For credentials sent to a server that is not ours (MLflow's): the environment's proxy
+# variables apply to remote addresses, never a redirect.
+PROXIED = urllib.request.build_opener(_NoRedirect())
+
+
+def opener_for(url: str) -> urllib.request.OpenerDirector:
+    """How to send credentials to someone else's server at `url`: straight to a loopback
+    address (a proxy would see them), through the environment's proxy otherwise; never
+    following a redirect (urllib would copy `Authorization` to wherever it points)."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return DIRECT if listeners.is_loopback_host(host) else PROXIED
 
 
 class HttpError(Exception):

@@ -197,3 +197,21 @@ def test_relative_stores_start_at_the_experiment_file_or_the_shell(tmp_path, mon
     message, hint, _, field = refused(tracked(tmp_path / "f"))
     assert "carries a password (MLFLOW_TRACKING_URI)" in message and field == "tracking.mlflow"
     assert "pw-from-env-3" not in message + hint
+
+
+def test_mlflow_credentials_follow_no_redirect_and_no_proxy_for_loopback(tmp_path, monkeypatch):
+    """The tracking check sends MLflow's credentials. A server answering 302 to another real
+    listener: that listener gets nothing (urllib's default handler would copy `Authorization`
+    there); a "proxy" named by every proxy variable never sees a request for a loopback server."""
+    from tests.squatters import serving, set_proxy
+
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok-redirected-4")
+    with serving() as elsewhere, serving() as proxy, \
+            serving(redirect_to=elsewhere.address) as mlflow:
+        set_proxy(monkeypatch, proxy.address)
+        message, _, _, field = refused(tracked(tmp_path, tracking_uri=mlflow.address))
+        assert [h.get("Authorization") for _, _, h in mlflow.requests] == ["Bearer tok-redirected-4"]
+        assert elsewhere.requests == []
+        assert proxy.requests == []
+    assert "302" in message and field == "tracking.mlflow.tracking_uri"
+    assert "tok-redirected-4" not in message
