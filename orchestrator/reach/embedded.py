@@ -107,11 +107,25 @@ def _answers(address: str, secrets: SecretStore) -> bool:
 
 
 def _recorded() -> EmbeddedRay | None:
-    """What the record says, whether or not that Ray still runs."""
+    """What the record says, whether or not that Ray still runs; None for a damaged record
+    (`sound`): its pid and temp dir are what `stop` signals and removes."""
     try:
-        return EmbeddedRay(**json.loads((_folder() / "record.json").read_text()))
+        ray = EmbeddedRay(**json.loads((_folder() / "record.json").read_text()))
     except (OSError, ValueError, TypeError):
         return None
+    return ray if sound(ray) else None
+
+
+def sound(ray: EmbeddedRay) -> bool:
+    """A record `stop` may act on: a real pid (not init, not us), a temp dir that is an embedded
+    Ray's (/tmp/orc-*, or /tmp/orc-*/ray), a dashboard on 127.0.0.1."""
+    temp = ray.temp_dir if isinstance(ray.temp_dir, str) else ""
+    path = Path(temp)
+    private = path.parent if path.name == "ray" else path
+    return (isinstance(ray.pid, int) and ray.pid > 1 and ray.pid != os.getpid()
+            and os.path.normpath(temp) == temp and private.parent == Path("/tmp")
+            and private.name.startswith("orc-") and len(private.name) > len("orc-")
+            and isinstance(ray.address, str) and ray.address.startswith("http://127.0.0.1:"))
 
 
 def _read_record(secrets: SecretStore, *, strangers: bool = False) -> EmbeddedRay | None:
@@ -244,7 +258,13 @@ def _bound_ports(group: int, temp_dir: str) -> tuple[int, int] | None:
 def stop(ray: EmbeddedRay, timeout: float = 30.0) -> None:
     """SIGTERM the head (it stops its children), then SIGKILL what is left of its group, then
     whatever of it left the group (its processes name its temp dir). The pid is signalled only
-    while it is still this Ray's (its command line names the temp dir)."""
+    while it is still this Ray's (its command line names the temp dir); a damaged record
+    (`sound`) is not acted on at all."""
+    if not sound(ray):
+        raise JobError(f"the embedded Ray's record is damaged (pid {ray.pid!r}, temp dir "
+                       f"{ray.temp_dir!r}); nothing was stopped",
+                       hint="stop its processes by hand, then remove "
+                            f"{_folder() / 'record.json'}")
     if names_in_command_line(ray.pid, ray.temp_dir):
         stop_group(ray.pid, timeout=timeout)
     kill_naming(ray.temp_dir)
