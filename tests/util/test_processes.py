@@ -57,6 +57,12 @@ def test_kill_naming_refuses_a_needle_that_names_more_than_an_embedded_rays_temp
                                  "/tmp/orc-x/session", str(tmp_path / "f")])
     try:
         only = psutil.Process(sentinel.pid)
+        # Popen returns once exec has begun; the new image's arguments show a moment later
+        # (an empty /proc/PID/cmdline until then).
+        for _ in range(200):
+            if only.cmdline():
+                break
+            time.sleep(0.05)
         monkeypatch.setattr(psutil, "process_iter", lambda *a, **k: iter([only]))
         only.info = {"cmdline": only.cmdline()}
         for needle in ("", "/", "//", "/tmp", "/tmp/", "/home", str(tmp_path), "/tmp/orc-",
