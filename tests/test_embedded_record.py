@@ -26,3 +26,15 @@ def test_a_damaged_record_is_not_acted_on(tmp_path, monkeypatch, temp_dir):
     good = {**record, "pid": 12345, "temp_dir": "/tmp/orc-abc/ray"}
     (embedded._folder() / "record.json").write_text(_json.dumps(good))
     assert embedded._recorded() == embedded.EmbeddedRay(**good)
+
+
+def test_a_record_whose_dashboard_is_not_on_loopback_is_none(tmp_path, monkeypatch):
+    import json as _json
+
+    from orchestrator.reach import embedded
+
+    monkeypatch.setenv("ORCHESTRATE_HOME", str(tmp_path / "home"))
+    record = {"address": "http://10.0.0.9:8265", "gcs_address": "127.0.0.1:6379",
+              "pid": 12345, "temp_dir": "/tmp/orc-abc/ray", "num_cpus": 2}
+    (embedded._folder() / "record.json").write_text(_json.dumps(record))
+    assert embedded._recorded() is None

@@ -113,19 +113,19 @@ def _recorded() -> EmbeddedRay | None:
         ray = EmbeddedRay(**json.loads((_folder() / "record.json").read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    return ray if sound(ray) else None
+    on_loopback = isinstance(ray.address, str) and ray.address.startswith("http://127.0.0.1:")
+    return ray if sound(ray) and on_loopback else None
 
 
 def sound(ray: EmbeddedRay) -> bool:
     """A record `stop` may act on: a real pid (not init, not us), a temp dir that is an embedded
-    Ray's (/tmp/orc-*, or /tmp/orc-*/ray), a dashboard on 127.0.0.1."""
+    Ray's (/tmp/orc-*, or /tmp/orc-*/ray)."""
     temp = ray.temp_dir if isinstance(ray.temp_dir, str) else ""
     path = Path(temp)
     private = path.parent if path.name == "ray" else path
     return (isinstance(ray.pid, int) and ray.pid > 1 and ray.pid != os.getpid()
             and os.path.normpath(temp) == temp and private.parent == Path("/tmp")
-            and private.name.startswith("orc-") and len(private.name) > len("orc-")
-            and isinstance(ray.address, str) and ray.address.startswith("http://127.0.0.1:"))
+            and private.name.startswith("orc-") and len(private.name) > len("orc-"))
 
 
 def _read_record(secrets: SecretStore, *, strangers: bool = False) -> EmbeddedRay | None:
