@@ -46,8 +46,14 @@ def emit_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
+def printable(text: str) -> str:
+    """`text` with control characters (a terminal's escape sequences among them) shown as
+    `\\xNN` escapes: cells may come from a shared state or a cluster, which are data."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 def _cell(value: Any, max_cell: int | None) -> str:
-    text = "" if value is None else " ".join(str(value).split())
+    text = "" if value is None else printable(" ".join(str(value).split()))
     if max_cell is None or len(text) <= max_cell:
         return text
     return text[: max_cell - 3] + "..."

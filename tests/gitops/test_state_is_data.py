@@ -174,3 +174,13 @@ def test_down_of_an_entry_whose_file_is_gone_needs_from_state(project, tmp_path)
     assert "--allow-destructive" in error.value.hint
     assert ps.machine.store.read_cluster("gpu") is None and not marker.exists()
     assert ps.read().resources.keys() == doc.resources.keys()
+
+
+def test_state_list_shows_terminal_escapes_from_the_state_as_text(project, tmp_path):
+    """A state writer's head_ip holding a terminal escape (clear the screen, retitle the
+    window) reaches the table as visible text, not as an escape."""
+    hostile(project, tmp_path / "unused", head_ip="\x1b]0;owned\x07\x1b[2J10.0.0.1")
+    done = cli(project, "state", "list")
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "\\x1b[2J10.0.0.1" in done.stdout
