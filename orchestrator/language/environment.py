@@ -222,6 +222,9 @@ def _local(req: Requirement, base: Path) -> tuple[Requirement, str | None]:
     return Requirement(req.text, req.file, req.line, req.field, local=path), None
 
 
+PACKAGE_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+
+
 def _parses(text: str) -> bool:
     from packaging.requirements import InvalidRequirement
     from packaging.requirements import Requirement as Pep508
@@ -248,6 +251,12 @@ def problems(doc: Document, base: Path, working_dir: Path, remote: bool) -> list
                 and not _inside(resolved.local, working_dir):
             error = (f"{req.text!r} is outside the working_dir ({working_dir}), so it does not "
                      f"reach the cluster; put it inside the working_dir")
+        elif error is None and resolved.local is not None and resolved.local.is_dir() \
+                and not _inside(resolved.local, working_dir) \
+                and not any((resolved.local / name).is_file() for name in PACKAGE_FILES):
+            # pip could not install it, and its digest would read every file below it
+            error = (f"{req.text!r} is a folder without {' or '.join(PACKAGE_FILES)}: not a "
+                     f"package pip can install")
         if error:
             found.append(Problem(req.file, error, line=req.line, field=req.field))
     for name in env.get("env_vars") or {}:

@@ -30,8 +30,16 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o600) -> None:
 
 
 def private_folder(path: Path) -> Path:
-    """`path` created if need be, mode 0700 (its missing parents too). Raises OSError."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """`path` created if need be, mode 0700 (its missing parents too: `mkdir(parents=True)`
+    would make those with the umask's mode). Raises OSError."""
+    missing = []
+    folder = path
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for each in reversed(missing):
+        each.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(each, 0o700)
     os.chmod(path, 0o700)
     return path
 

@@ -268,3 +268,20 @@ def test_a_requirements_file_that_is_not_a_small_regular_file_is_refused(tmp_pat
     [error] = errors(write(tmp_path, {"pip": "binary.txt"}), capsys)
     assert error.endswith("runtime_env.pip: the requirements file 'binary.txt' is not UTF-8 "
                           "text") and "secret" not in error
+
+
+def test_a_folder_outside_the_working_dir_must_be_a_package(tmp_path):
+    """On the embedded Ray a local folder outside the working_dir is installed from where it
+    is, after its files are digested: `/` (or any folder that is not a package) is refused
+    instead of read whole."""
+    from orchestrator.errors import SpecError
+
+    path = write(tmp_path, {"pip": ["/"]})
+    with pytest.raises(SpecError) as caught:
+        load_experiment(path)
+    (problem,) = caught.value.problems
+    assert "not a package pip can install" in problem.message and problem.line
+    lib = tmp_path / "outside" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "setup.py").write_text("from setuptools import setup\nsetup(name='lib')\n")
+    assert load_experiment(write(tmp_path, {"pip": [str(lib)]})).environment.packages
