@@ -25,7 +25,7 @@ from typing import Any
 from .. import launch
 from ..errors import OrchestrateError, Problem, ServeError, SpecError
 from ..language.service import ServiceSpec, load_service
-from ..reach.endpoint import Endpoint
+from ..reach import embedded
 from ..reach.target import embedded_endpoint, open_target, recorded_cluster
 from ..render import service as render
 from ..state import ClusterRecord, State, service_key
@@ -122,17 +122,16 @@ def reach(url_host: str, port: int, cluster: ClusterRecord | None,
         yield f"http://127.0.0.1:{local}"
 
 
-def _proxy_is_the_embedded_rays(base: str, endpoint: Endpoint) -> None:
+def _proxy_is_the_embedded_rays(base: str, state: State) -> None:
     """The port the embedded Ray's Serve proxy was given is picked free, then bound by Serve:
     a process of another user (or not of that Ray) could have bound it first and would then
-    receive every client's token. So the listener must be the embedded Ray's process group's
-    (the one vouched for its dashboard) before the service is reported up."""
-    group = listeners.group_of(endpoint.address)
-    if group is None:
-        return
-    listeners.vouch(base, group)
+    receive every client's token. So the listener must be held by a process of that Ray (its
+    command line names the Ray's private temp dir) before the service is reported up."""
+    ray = embedded.current(state.secrets)
+    if ray is None:
+        raise ServeError("the embedded Ray stopped while the service was being deployed")
     try:
-        listeners.check(base)
+        listeners.check_naming(base, ray.temp_dir)
     except listeners.NotOurs as exc:
         raise ServeError(f"the Serve proxy's address {base} is not the embedded Ray's ({exc}): "
                          f"clients would send the service's token to it",
@@ -182,7 +181,7 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
         with reach(url_host, int(options["port"]), cluster, state) as base:
             _healthy(base, spec.route_prefix)
             if cluster is None:
-                _proxy_is_the_embedded_rays(base, endpoint)
+                _proxy_is_the_embedded_rays(base, state)
         url = f"http://{url_host}:{options['port']}{spec.route_prefix.rstrip('/')}"
     state.store.record_service(spec.name, {
         "cluster": cluster.name if cluster else None, "file": str(spec.path.resolve()),

@@ -184,6 +184,39 @@ def check(address: str) -> None:
         raise NotOurs(f"{host}:{port} is held by a process outside {expected}")
 
 
+def check_naming(address: str, fragment: str) -> None:
+    """NotOurs unless every listener that could take a connection to `address` (loopback) is
+    this user's and held by a process of this user whose command line names `fragment` (the
+    embedded Ray's private temp dir: Ray starts its workers, the Serve proxy among them, in
+    process groups of their own)."""
+    host, port = _split(address)
+    if not _loopback(host) or not os.path.exists("/proc/net/tcp"):
+        return
+    found = listeners(address)
+    if not found:
+        raise NotOurs(f"nothing listens at {host}:{port}")
+    strangers = [uid for uid, _ in found if uid != os.getuid()]
+    if strangers:
+        raise NotOurs(f"{host}:{port} is held by another user (uid {strangers[0]})")
+    wanted = {inode for _, inode in found}
+    held: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != os.getuid():
+                continue
+            with open(f"/proc/{name}/cmdline", "rb") as file:
+                arguments = file.read().decode(errors="replace")
+        except OSError:
+            continue
+        if fragment and fragment in arguments:
+            held |= _sockets_of(name)
+            if wanted <= held:
+                return
+    raise NotOurs(f"{host}:{port} is held by a process that does not name {fragment}")
+
+
 def ours(address: str) -> bool:
     try:
         check(address)

@@ -130,11 +130,13 @@ KILLABLE_PARENT, KILLABLE_PREFIX = "/tmp", "orc-"
 def kill_naming(fragment: str) -> None:
     """SIGKILL every process (but this one) with an argument that ends with the path `fragment`
     (`--temp-dir=/tmp/x`) or names something inside it: what a child left outside its group.
-    `fragment` must be an embedded Ray's temp dir, /tmp/orc-<something>; anything else is
-    refused (OrchestrateError) before a process is looked at."""
+    `fragment` must be an embedded Ray's temp dir, /tmp/orc-<something> or /tmp/orc-<something>/ray
+    (Ray's own folder inside our 0700 one); anything else is refused (OrchestrateError) before
+    a process is looked at."""
     needle = fragment.rstrip("/")
-    name = os.path.basename(needle)
-    if os.path.normpath(needle) != needle or os.path.dirname(needle) != KILLABLE_PARENT \
+    private = os.path.dirname(needle) if os.path.basename(needle) == "ray" else needle
+    name = os.path.basename(private)
+    if os.path.normpath(needle) != needle or os.path.dirname(private) != KILLABLE_PARENT \
             or not name.startswith(KILLABLE_PREFIX) or len(name) <= len(KILLABLE_PREFIX):
         raise OrchestrateError(
             f"refusing to stop processes by the path {fragment!r}: it is not a temp folder of "

@@ -1,8 +1,10 @@
 """The embedded Ray's Serve proxy is given a port picked free, which Serve then binds: `serve`
 must not report the service up (and so send clients there with its token) unless the listener
-is the embedded Ray's. Real listeners in real processes: the "embedded Ray" is a process group
-of our own holding a dashboard port; the proxy port is held by a process of that group, or by
-a squatter outside it."""
+is held by a process of that Ray (its command line names the Ray's private temp dir; Ray starts
+its workers, the proxy among them, in process groups of their own). Real listeners in real
+processes; only which embedded Ray is recorded is set by the test (`embedded.current`), since
+starting one here would put this check in the ray tier for no more coverage: the ray tier's
+serve tests pass through it with a real Ray."""
 from __future__ import annotations
 
 import os
@@ -12,27 +14,26 @@ import sys
 import pytest
 
 from orchestrator.errors import ServeError
-from orchestrator.jobs.serve import _proxy_is_the_embedded_rays
-from orchestrator.reach.endpoint import EMBEDDED, Endpoint
+from orchestrator.jobs import serve
+from orchestrator.reach import embedded
+from orchestrator.state import State
 from orchestrator.util import listeners
 
-# Binds 127.0.0.1:0 `count` times, prints the ports, sleeps: a stand-in for Ray's processes.
+# Binds 127.0.0.1:0, prints the port, sleeps; argv[1] stands for Ray's --temp-dir argument.
 LISTEN = ("import socket, sys, time\n"
-          "socks = []\n"
-          "for _ in range(int(sys.argv[1])):\n"
-          "    s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); socks.append(s)\n"
-          "print(' '.join(str(s.getsockname()[1]) for s in socks), flush=True)\n"
+          "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+          "print(s.getsockname()[1], flush=True)\n"
           "time.sleep(120)\n")
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/net/tcp"),
                                 reason="listener ownership is read from /proc (Linux)")
 
 
-def _listening(count: int, *, new_group: bool) -> tuple[subprocess.Popen, list[int]]:
-    process = subprocess.Popen([sys.executable, "-c", LISTEN, str(count)], text=True,
-                               stdout=subprocess.PIPE, start_new_session=new_group)
+def _listening(argument: str) -> tuple[subprocess.Popen, int]:
+    process = subprocess.Popen([sys.executable, "-c", LISTEN, argument], text=True,
+                               stdout=subprocess.PIPE, start_new_session=True)
     assert process.stdout is not None
-    return process, [int(p) for p in process.stdout.readline().split()]
+    return process, int(process.stdout.readline())
 
 
 def _stop(*processes: subprocess.Popen) -> None:
@@ -43,16 +44,22 @@ def _stop(*processes: subprocess.Popen) -> None:
             process.stdout.close()
 
 
-def test_a_proxy_port_held_outside_the_embedded_rays_group_is_refused():
-    ray, (dashboard, proxy) = _listening(2, new_group=True)
-    squatter, (taken,) = _listening(1, new_group=True)
+def test_a_proxy_port_held_by_a_process_outside_the_embedded_ray_is_refused(tmp_path,
+                                                                             monkeypatch):
+    temp_dir = f"/tmp/orc-{os.urandom(4).hex()}/ray"
+    proxy, port = _listening(f"--temp-dir={temp_dir}")
+    squatter, taken = _listening("--temp-dir=/tmp/orc-someone-else/ray")
     try:
-        endpoint = Endpoint(f"http://127.0.0.1:{dashboard}", "tok", "the embedded Ray", EMBEDDED)
-        listeners.vouch(endpoint.address, ray.pid)
-        _proxy_is_the_embedded_rays(f"http://127.0.0.1:{proxy}", endpoint)   # its own: fine
+        listeners.check_naming(f"http://127.0.0.1:{port}", temp_dir)   # the Ray's own: fine
+        with pytest.raises(listeners.NotOurs):
+            listeners.check_naming(f"http://127.0.0.1:{taken}", temp_dir)
+        monkeypatch.setenv("ORCHESTRATE_HOME", str(tmp_path / "home"))
+        ray = embedded.EmbeddedRay("http://127.0.0.1:1", "127.0.0.1:2", proxy.pid, temp_dir, 2)
+        monkeypatch.setattr(embedded, "current", lambda _secrets: ray)
+        serve._proxy_is_the_embedded_rays(f"http://127.0.0.1:{port}", State.here())
         with pytest.raises(ServeError) as caught:
-            _proxy_is_the_embedded_rays(f"http://127.0.0.1:{taken}", endpoint)
+            serve._proxy_is_the_embedded_rays(f"http://127.0.0.1:{taken}", State.here())
         assert f"127.0.0.1:{taken}" in caught.value.message
         assert "token" in caught.value.message and caught.value.hint
     finally:
-        _stop(ray, squatter)
+        _stop(proxy, squatter)

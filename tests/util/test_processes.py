@@ -54,7 +54,7 @@ def test_kill_naming_refuses_a_needle_that_names_more_than_an_embedded_rays_temp
     from orchestrator.util.processes import kill_naming, names_in_command_line
 
     sentinel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
-                                 "/tmp/orc-x/session", str(tmp_path / "f")])
+                                 "/tmp/orc-x/ray/session", str(tmp_path / "f")])
     try:
         only = psutil.Process(sentinel.pid)
         # Popen returns once exec has begun; the new image's arguments show a moment later
@@ -66,7 +66,8 @@ def test_kill_naming_refuses_a_needle_that_names_more_than_an_embedded_rays_temp
         monkeypatch.setattr(psutil, "process_iter", lambda *a, **k: iter([only]))
         only.info = {"cmdline": only.cmdline()}
         for needle in ("", "/", "//", "/tmp", "/tmp/", "/home", str(tmp_path), "/tmp/orc-",
-                       "/tmp/x", "/tmp/orc-x/..", "/tmp/orc-x/../..", "tmp/orc-x", "/var/tmp/orc-x"):
+                       "/tmp/x", "/tmp/orc-x/..", "/tmp/orc-x/../..", "tmp/orc-x", "/var/tmp/orc-x",
+                       "/ray", "/tmp/ray", "/tmp/orc-/ray", "/tmp/x/ray", "/tmp/orc-x/ray/.."):
             with pytest.raises(OrchestrateError, match="refusing to stop processes"):
                 kill_naming(needle)
             assert sentinel.poll() is None, needle
@@ -75,7 +76,7 @@ def test_kill_naming_refuses_a_needle_that_names_more_than_an_embedded_rays_temp
         assert names_in_command_line(sentinel.pid, "/tmp/orc-x")
         kill_naming("/tmp/orc-y")         # a sound needle that names nothing here
         assert sentinel.poll() is None
-        kill_naming("/tmp/orc-x/")        # and one that names it
+        kill_naming("/tmp/orc-x/ray/")    # and one that names it (Ray's folder in our 0700 one)
         assert sentinel.wait(10) == -signal.SIGKILL
     finally:
         if sentinel.poll() is None:
