@@ -159,12 +159,13 @@ def members(group: int) -> list[int]:
     return found
 
 
-def check(address: str) -> None:
-    """NotOurs unless every listener that could take a connection to `address` (a loopback
-    address) is this user's and held by this process or by the group vouched for it."""
+def _ours_listening(address: str) -> tuple[str, int | None, set[int]] | None:
+    """(host, port, inodes) of the listeners that could take a connection to `address`, all
+    of them this user's; None when nothing is to be checked (not loopback, no /proc);
+    NotOurs when nothing listens there or another user does."""
     host, port = _split(address)
     if not _loopback(host) or not os.path.exists("/proc/net/tcp"):
-        return
+        return None
     if port is None:
         raise NotOurs(f"{address} names no port")
     found = listeners(address)
@@ -173,13 +174,23 @@ def check(address: str) -> None:
     strangers = [uid for uid, _ in found if uid != os.getuid()]
     if strangers:
         raise NotOurs(f"{host}:{port} is held by another user (uid {strangers[0]})")
+    return host, port, {inode for _, inode in found}
+
+
+def check(address: str) -> None:
+    """NotOurs unless every listener that could take a connection to `address` (a loopback
+    address) is this user's and held by this process or by the group vouched for it."""
+    known = _ours_listening(address)
+    if known is None:
+        return
+    host, port, wanted = known
     held = _sockets_of("self")
     with _lock:
-        group = _vouched.get(port)
-    if group is not None and not {inode for _, inode in found} <= held:
+        group = _vouched.get(port) if port is not None else None
+    if group is not None and not wanted <= held:
         for pid in members(group):
             held |= _sockets_of(pid)
-    if not {inode for _, inode in found} <= held:
+    if not wanted <= held:
         expected = f"process group {group}" if group is not None else "this process"
         raise NotOurs(f"{host}:{port} is held by a process outside {expected}")
 
@@ -189,16 +200,10 @@ def check_naming(address: str, fragment: str) -> None:
     this user's and held by a process of this user whose command line names `fragment` (the
     embedded Ray's private temp dir: Ray starts its workers, the Serve proxy among them, in
     process groups of their own)."""
-    host, port = _split(address)
-    if not _loopback(host) or not os.path.exists("/proc/net/tcp"):
+    known = _ours_listening(address)
+    if known is None:
         return
-    found = listeners(address)
-    if not found:
-        raise NotOurs(f"nothing listens at {host}:{port}")
-    strangers = [uid for uid, _ in found if uid != os.getuid()]
-    if strangers:
-        raise NotOurs(f"{host}:{port} is held by another user (uid {strangers[0]})")
-    wanted = {inode for _, inode in found}
+    host, port, wanted = known
     held: set[int] = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
