@@ -125,13 +125,13 @@ def reach(url_host: str, port: int, cluster: ClusterRecord | None,
 def _proxy_is_the_embedded_rays(base: str, state: State) -> None:
     """The port the embedded Ray's Serve proxy was given is picked free, then bound by Serve:
     a process of another user (or not of that Ray) could have bound it first and would then
-    receive every client's token. So the listener must be held by a process of that Ray (its
-    command line names the Ray's private temp dir) before the service is reported up."""
+    receive every client's token. So the listener must be held by a process of that Ray (a
+    descendant of its `ray start`) before the service is reported up."""
     ray = embedded.current(state.secrets)
     if ray is None:
         raise ServeError("the embedded Ray stopped while the service was being deployed")
     try:
-        listeners.check_naming(base, ray.temp_dir)
+        listeners.check_descendant(base, ray.pid)
     except listeners.NotOurs as exc:
         raise ServeError(f"the Serve proxy's address {base} is not the embedded Ray's ({exc}): "
                          f"clients would send the service's token to it",

@@ -195,11 +195,31 @@ def check(address: str) -> None:
         raise NotOurs(f"{host}:{port} is held by a process outside {expected}")
 
 
-def check_naming(address: str, fragment: str) -> None:
+def _parent(pid: str) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[1]
+    except (OSError, IndexError):
+        return None
+
+
+def descends_from(pid: str, root: int) -> bool:
+    """Whether process `pid` is `root` or one of its descendants (parents read from /proc)."""
+    seen: set[str] = set()
+    current: str | None = pid
+    while current and current not in seen and current not in ("0", "1"):
+        if current == str(root):
+            return True
+        seen.add(current)
+        current = _parent(current)
+    return False
+
+
+def check_descendant(address: str, root: int) -> None:
     """NotOurs unless every listener that could take a connection to `address` (loopback) is
-    this user's and held by a process of this user whose command line names `fragment` (the
-    embedded Ray's private temp dir: Ray starts its workers, the Serve proxy among them, in
-    process groups of their own)."""
+    this user's and held by process `root` or a descendant of it (the embedded Ray's `ray
+    start`: Ray's workers, the Serve proxy among them, are its raylet's children, in process
+    groups of their own and with process titles of their own)."""
     known = _ours_listening(address)
     if known is None:
         return
@@ -211,15 +231,13 @@ def check_naming(address: str, fragment: str) -> None:
         try:
             if os.stat(f"/proc/{name}").st_uid != os.getuid():
                 continue
-            with open(f"/proc/{name}/cmdline", "rb") as file:
-                arguments = file.read().decode(errors="replace")
         except OSError:
             continue
-        if fragment and fragment in arguments:
+        if descends_from(name, root):
             held |= _sockets_of(name)
             if wanted <= held:
                 return
-    raise NotOurs(f"{host}:{port} is held by a process that does not name {fragment}")
+    raise NotOurs(f"{host}:{port} is held by a process that is not process {root}'s")
 
 
 def ours(address: str) -> bool:
