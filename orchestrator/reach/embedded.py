@@ -50,7 +50,14 @@ from ..state import SecretStore, home
 from ..util import http, listeners
 from ..util.files import atomic_write, tail
 from ..util.locks import Busy, held
-from ..util.processes import alive, kill_naming, names_in_command_line, ray_command, stop_group
+from ..util.processes import (
+    alive,
+    is_embedded_temp_dir,
+    kill_naming,
+    names_in_command_line,
+    ray_command,
+    stop_group,
+)
 from ..util.waiting import until
 from .endpoint import EMBEDDED, Endpoint
 
@@ -120,12 +127,8 @@ def _recorded() -> EmbeddedRay | None:
 def sound(ray: EmbeddedRay) -> bool:
     """A record `stop` may act on: a real pid (not init, not us), a temp dir that is an embedded
     Ray's (/tmp/orc-*, or /tmp/orc-*/ray)."""
-    temp = ray.temp_dir if isinstance(ray.temp_dir, str) else ""
-    path = Path(temp)
-    private = path.parent if path.name == "ray" else path
     return (isinstance(ray.pid, int) and ray.pid > 1 and ray.pid != os.getpid()
-            and os.path.normpath(temp) == temp and private.parent == Path("/tmp")
-            and private.name.startswith("orc-") and len(private.name) > len("orc-"))
+            and isinstance(ray.temp_dir, str) and is_embedded_temp_dir(ray.temp_dir))
 
 
 def _read_record(secrets: SecretStore, *, strangers: bool = False) -> EmbeddedRay | None:

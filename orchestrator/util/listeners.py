@@ -76,13 +76,6 @@ def is_loopback_host(host: str) -> bool:
     return _loopback(host.strip("[]"))
 
 
-def group_of(address: str) -> int | None:
-    """The process group vouched for `address`'s port, if any."""
-    port = _port(address)
-    with _lock:
-        return _vouched.get(port) if port is not None else None
-
-
 def _v4(host: str) -> str:
     return socket.inet_aton(host)[::-1].hex().upper()
 

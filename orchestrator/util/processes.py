@@ -127,6 +127,15 @@ def stop_group(pgid: int, *, timeout: float) -> None:
 KILLABLE_PARENT, KILLABLE_PREFIX = "/tmp", "orc-"
 
 
+def is_embedded_temp_dir(path: str) -> bool:
+    """Whether `path` (written out, normalised) is an embedded Ray's temp dir: /tmp/orc-<name>,
+    or Ray's own folder inside it, /tmp/orc-<name>/ray."""
+    private = os.path.dirname(path) if os.path.basename(path) == "ray" else path
+    name = os.path.basename(private)
+    return os.path.normpath(path) == path and os.path.dirname(private) == KILLABLE_PARENT \
+        and name.startswith(KILLABLE_PREFIX) and len(name) > len(KILLABLE_PREFIX)
+
+
 def kill_naming(fragment: str) -> None:
     """SIGKILL every process (but this one) with an argument that ends with the path `fragment`
     (`--temp-dir=/tmp/x`) or names something inside it: what a child left outside its group.
@@ -134,10 +143,7 @@ def kill_naming(fragment: str) -> None:
     (Ray's own folder inside our 0700 one); anything else is refused (OrchestrateError) before
     a process is looked at."""
     needle = fragment.rstrip("/")
-    private = os.path.dirname(needle) if os.path.basename(needle) == "ray" else needle
-    name = os.path.basename(private)
-    if os.path.normpath(needle) != needle or os.path.dirname(private) != KILLABLE_PARENT \
-            or not name.startswith(KILLABLE_PREFIX) or len(name) <= len(KILLABLE_PREFIX):
+    if not is_embedded_temp_dir(needle):
         raise OrchestrateError(
             f"refusing to stop processes by the path {fragment!r}: it is not a temp folder of "
             f"the embedded Ray ({KILLABLE_PARENT}/{KILLABLE_PREFIX}*)",
