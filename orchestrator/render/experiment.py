@@ -185,7 +185,7 @@ def render_job(spec: ExperimentSpec, shipped: WorkingDir, *,
         environment = dataclasses.replace(environment, secrets={**environment.secrets, **credentials})
     return JobPlan(entrypoint=contract.ENTRYPOINT,
                    runtime_env=runtime_env(contract.encode(config), spec.working_dir, shipped,
-                                           environment),
+                                           environment, _workers(config)),
                    config=config,
                    submission_id=submission_id(config, shipped.digest(), environment.public()),
                    secrets=dict(environment.secrets))
@@ -212,8 +212,27 @@ def tracking_credentials(config: JobConfig, environ: Mapping[str, str] | None = 
     return {name: name for name in contract.MLFLOW_CREDENTIALS if environ.get(name)}
 
 
+# Ray Train's controller collects the workers' reports, and sees that training ended, once per
+# health-check interval (Ray's default 2 s): each epoch's report waits for that poll, so a short
+# run spends most of its epochs, and its last seconds, waiting. orchestrate polls as often as
+# keeps the controller's calls at POLLS_PER_S a second in all (0.2 s for 2 workers, Ray's 2 s
+# from 20 workers on); a missed poll is not a failure in Ray (a worker is declared dead after
+# RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S, 10 minutes). A user's env_vars may set it.
+TRAIN_POLL_ENV = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+POLLS_PER_S = 10.0
+
+
+def _workers(config: JobConfig) -> int:
+    workers = (config.get("scaling_config") or {}).get("num_workers", 1)
+    return workers if isinstance(workers, int) and workers > 0 else 1
+
+
+def train_poll(workers: int) -> dict[str, str]:
+    return {TRAIN_POLL_ENV: f"{min(2.0, max(0.2, workers / POLLS_PER_S)):g}"}
+
+
 def runtime_env(encoded: str, working_dir: Path | None, shipped: WorkingDir | None,
-                environment: Environment | None = None) -> dict[str, Any]:
+                environment: Environment | None = None, workers: int = 1) -> dict[str, Any]:
     """The job's runtime_env: orchestrate's package, the configuration, and the working_dir with
     the excludes `shipped` was scanned with (none: the job ships no working_dir); the
     experiment's packages, plain variables and Ray's `config` (its secrets travel apart)."""
@@ -228,6 +247,7 @@ def runtime_env(encoded: str, working_dir: Path | None, shipped: WorkingDir | No
                          # Ray's driver folds lines that look alike from several processes (Tune
                          # trials' epochs): never the contract's marks.
                          "RAY_DEDUP_LOGS_ALLOW_REGEX": contract.MARKS_PATTERN,
+                         **train_poll(workers),
                          **environment.env_vars,
                          **secret_names(environment), contract.CONFIG_ENV: encoded},
                worker_process_setup_hook=contract.WORKER_SETUP)
