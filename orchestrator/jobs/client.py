@@ -24,6 +24,7 @@ DROPPED = "Connection aborted"
 AGENT_WAIT = 60.0
 NOT_OURS = ("another program holds that port (or the forward closed): run the command again; "
             "if it keeps happening, see who listens there (`ss -ltnp`)")
+END_POLL = 0.5        # seconds between asking a followed job's status
 PROBE_EVERY = 5.0     # seconds between checks that the head still answers while following
 LOST_AFTER = 30.0     # seconds of silence from the head before following gives up
 T = TypeVar("T")
@@ -102,26 +103,41 @@ class JobsClient:
     def follow(self, job_id: str, on_line: Callable[[str], None]) -> str:
         """Stream the job's log lines to `on_line` until it ends; returns its final status.
 
+        Ray's log stream ends 2-4 s after the job (its tail reads the file once a second and
+        looks at the job's status only at the end of the file): the status is asked every
+        END_POLL seconds too, and once the job has ended the rest of its log is read whole
+        (`logs`, the same file) and handed on from where the stream was.
+
         A head that stops answering (a dead machine sends no reset: the log stream just goes
         quiet) is noticed by a probe every PROBE_EVERY seconds; after LOST_AFTER seconds of
         silence this raises JobError instead of waiting forever."""
+        received = [0]   # characters of the log the stream has handed over
+        pending = [""]   # of them, the start of a line not yet ended
+
+        def take(text: str) -> None:
+            received[0] += len(text)
+            pending[0] += text
+            *lines, pending[0] = pending[0].split("\n")
+            for line in lines:
+                on_line(line)
+
         async def tail() -> None:
-            pending = ""
             async for chunk in self._client.tail_job_logs(job_id):
-                pending += chunk
-                *lines, pending = pending.split("\n")
-                for line in lines:
-                    on_line(line)
-            if pending:
-                on_line(pending)
+                take(chunk)
 
         async def watch() -> None:
             while True:
                 await asyncio.sleep(PROBE_EVERY)
                 await asyncio.to_thread(self._check_alive)
 
-        async def both() -> None:
-            tasks = [asyncio.ensure_future(tail()), asyncio.ensure_future(watch())]
+        async def ended() -> None:
+            while not await asyncio.to_thread(self._ended, job_id):
+                await asyncio.sleep(END_POLL)
+
+        async def both() -> bool:
+            """True when the job's end was seen before the stream's."""
+            tasks = [asyncio.ensure_future(tail()), asyncio.ensure_future(watch()),
+                     asyncio.ensure_future(ended())]
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -129,16 +145,36 @@ class JobsClient:
                     task.cancel()
             for task in done:
                 task.result()
+            return tasks[2] in done and tasks[0] not in done
 
         try:
-            asyncio.run(both())
+            if asyncio.run(both()):
+                whole = self.logs(job_id)
+                if len(whole) > received[0]:
+                    take(whole[received[0]:])
         except (KeyboardInterrupt, JobError):
             raise
         except Exception as exc:  # noqa: BLE001 - the stream broke; the job may still be fine
             self._check_alive()
             if self.status(job_id) not in TERMINAL:
                 self._call(_raise, exc)
+        if pending[0]:
+            on_line(pending[0])
         return self._wait(job_id)
+
+    def _ended(self, job_id: str) -> bool:
+        """Whether the job has ended; False also when the head does not answer now (`watch`
+        tells a lost head from a slow one)."""
+        from urllib.parse import quote
+
+        from ..util.http import HttpError, get_json
+
+        try:
+            info = get_json(self.endpoint.address, f"/api/jobs/{quote(job_id, safe='')}",
+                            self.endpoint.token, timeout=PROBE_EVERY)
+        except HttpError:
+            return False
+        return isinstance(info, dict) and info.get("status") in TERMINAL
 
     def _check_alive(self) -> None:
         """Return once the head answers; JobError if it has not for LOST_AFTER seconds."""

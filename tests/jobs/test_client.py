@@ -119,3 +119,51 @@ def test_proxy_variables_see_no_token_and_a_redirect_is_not_followed(monkeypatch
         with pytest.raises(JobError):     # Ray reads the 302 as a bad answer
             JobsClient(Endpoint(dashboard.address, "s3cret", "cluster r"))
         assert elsewhere.requests == []
+
+
+class _Stream:
+    """Ray's client as `follow` uses it: a log stream that hands over `streamed` and then goes
+    quiet for ever (as Ray's does for 2-4 s after a job ended), the whole log, a status."""
+
+    def __init__(self, streamed: list[str], whole: str, ends: bool = False) -> None:
+        self.streamed, self.whole, self.ends, self.read_whole = streamed, whole, ends, 0
+
+    async def tail_job_logs(self, job_id):
+        import asyncio
+
+        for chunk in self.streamed:
+            yield chunk
+        if not self.ends:
+            await asyncio.sleep(3600)
+
+    def get_job_logs(self, job_id):
+        self.read_whole += 1
+        return self.whole
+
+
+def _following(monkeypatch, stream: _Stream, ended_after: int) -> tuple[list[str], str]:
+    client = JobsClient.__new__(JobsClient)
+    client.endpoint = Endpoint("http://127.0.0.1:1", None, "the embedded Ray")
+    client._client = stream
+    asked = []
+    monkeypatch.setattr(client, "_ended", lambda job_id: asked.append(job_id) or
+                        len(asked) > ended_after)
+    monkeypatch.setattr(client, "_wait", lambda job_id: "SUCCEEDED")
+    monkeypatch.setattr("orchestrator.jobs.client.END_POLL", 0.01)
+    lines: list[str] = []
+    return lines, client.follow("job-1", lines.append)
+
+
+def test_follow_takes_the_rest_of_the_log_whole_once_the_job_has_ended(monkeypatch):
+    """The job ended while Ray's stream was still behind (mid-line, even): what the stream had
+    not handed over comes from the whole log, each line once, in order."""
+    stream = _Stream(["first\nsec", "ond\nthi"], "first\nsecond\nthird line\nORCHESTRATE_RESULT {}\n")
+    lines, status = _following(monkeypatch, stream, ended_after=2)
+    assert status == "SUCCEEDED" and stream.read_whole == 1
+    assert lines == ["first", "second", "third line", "ORCHESTRATE_RESULT {}"]
+
+
+def test_follow_reads_nothing_twice_when_the_stream_ends_first(monkeypatch):
+    stream = _Stream(["a\nb\n", "c"], "a\nb\nc", ends=True)
+    lines, _ = _following(monkeypatch, stream, ended_after=10**6)
+    assert lines == ["a", "b", "c"] and stream.read_whole == 0
