@@ -223,7 +223,7 @@ POLLS_PER_S = 10.0
 
 
 def _workers(config: JobConfig) -> int:
-    workers = (config.get("scaling_config") or {}).get("num_workers", 1)
+    workers: object = config["scaling_config"].get("num_workers", 1)
     return workers if isinstance(workers, int) and workers > 0 else 1
 
 
