@@ -64,7 +64,8 @@ def train_func(config):
             ray.train.report(metrics, checkpoint=checkpoint)
 
 
-ray.init(num_cpus=max(os.cpu_count() or 1, 4))
+# submitted as a job, it joins the Ray it was sent to (which refuses num_cpus)
+ray.init(**({} if os.environ.get("RAY_ADDRESS") else {"num_cpus": max(os.cpu_count() or 1, 4)}))
 train_ds = ray.data.read_csv(train_csv)
 valid_ds = ray.data.read_csv(valid_csv)
 features = [c for c in train_ds.schema().names if c != "target"]

@@ -32,6 +32,10 @@ def show(summary: dict[str, Any], fmt: str = "text") -> None:
                        ("run_path", "run folder"), ("history_csv", "history"), ("plot", "plot")):
         if summary.get(key) is not None:
             rows.append([label, _number(summary[key])])
+    if summary.get("phases"):
+        from ..jobs.phases import text
+
+        rows.append(["time (s)", text(summary["phases"])])
     tracking = summary.get("tracking") or {}
     if tracking.get("run_id"):
         rows.append(["mlflow run", f"{tracking['run_id']} ({tracking.get('tracking_uri')})"])

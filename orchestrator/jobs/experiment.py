@@ -119,6 +119,7 @@ def run(spec: ExperimentSpec, options: RunOptions, state: State, progress: Progr
 
     with target(spec, state, keep=options.detach, progress=progress) as (jobs, cluster):
         submission = submit(plan, spec, jobs, state, cluster, options)
+        submitted = time.monotonic() - started
         job_id = submission.job_id
         if submission.created:
             progress(f"submitted job {job_id} to {jobs.endpoint.label}")
@@ -142,7 +143,8 @@ def run(spec: ExperimentSpec, options: RunOptions, state: State, progress: Progr
         finally:
             display.close()   # the status line cleared, the log file closed (also on an error)
         try:
-            summary = results(jobs, submission, status, started, state, say)
+            summary = results(jobs, submission, status, started, state, say,
+                              submitted=submitted)
         except JobError as exc:
             hint = "; ".join(h for h in (exc.hint, f"the log as followed here: {display.log_path}") if h)
             raise JobError(hide(exc.message, secrets), hint=hint) from None
@@ -237,18 +239,26 @@ def epoch_printer(quiet: bool, progress: Progress) -> Callable[[str], None]:
 
 
 def results(jobs: JobsClient, submission: Submission, status: str, started: float,
-            state: State, progress: Progress) -> dict[str, Any]:
+            state: State, progress: Progress, submitted: float | None = None) -> dict[str, Any]:
     """The finished job's summary, recorded for `orchestrate results` and `runs`; JobError if
-    it failed (its end recorded too)."""
+    it failed (its end recorded too). `started`: when this command began (monotonic);
+    `submitted`: seconds from then until the job was accepted (for `phases`)."""
     wall_time = round(time.monotonic() - started, 1)
+    seen: dict[str, Any] = {}
     try:
-        summary = outcome(jobs, submission.job_id, status, submission.cluster, progress)
+        summary = outcome(jobs, submission.job_id, status, submission.cluster, progress, seen)
     except JobError as exc:
         state.store.update_job(submission.job_id, {
             "status": status if status != "SUCCEEDED" else "FAILED", "error": exc.message,
             "wall_time_s": wall_time, "ended_at": time.time()})
         raise
     summary["wall_time_s"] = wall_time
+    if submitted is not None and submission.created:
+        from . import phases
+
+        summary["phases"] = phases.breakdown(seen.get("timing"), seen["log"],
+                                             _job_start(jobs, submission.job_id), submitted,
+                                             time.monotonic() - started)
     run_name = submission.plan.config["run_config"].get("name")
     # the run, the latest of its name, and the job's own
     for key in {summary.get("name"), run_name, submission.job_id}:
@@ -260,12 +270,25 @@ def results(jobs: JobsClient, submission: Submission, status: str, started: floa
     return summary
 
 
+def _job_start(jobs: JobsClient, job_id: str) -> float | None:
+    """When Ray's job table says the job started (seconds), None if it cannot say."""
+    try:
+        start = getattr(jobs.info(job_id), "start_time", None)
+    except JobError:
+        return None
+    return start / 1000 if isinstance(start, (int, float)) else None
+
+
 def outcome(jobs: JobsClient, job_id: str, status: str, cluster: str | None,
-            progress: Progress) -> dict[str, Any]:
+            progress: Progress, seen: dict[str, Any] | None = None) -> dict[str, Any]:
     """A finished job's summary (its result line); JobError, with the log's last lines shown,
-    when it failed."""
+    when it failed. `seen` gets the log as read and the driver's `timing` marks (taken out of
+    the summary: `phases` makes sense of them)."""
     log = jobs.logs(job_id)
     summary = contract.parse_result(log) or {}
+    timing = summary.pop("timing", None)
+    if seen is not None:
+        seen.update(log=log, timing=timing)
     if status != "SUCCEEDED" or summary.get("status") != "SUCCEEDED":
         progress("\n".join(["", "last lines of the job's log:"] + log.rstrip().splitlines()[-TAIL:]))
         reason = summary.get("error") or f"the job ended {status}"

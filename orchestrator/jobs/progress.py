@@ -35,7 +35,8 @@ def clock(seconds: float) -> str:
 
 def metrics_text(row: Mapping[str, Any], limit: int = 6) -> str:
     keys = [k for k in SHOWN if k in row]
-    keys += [k for k in row if k not in keys and k not in ("epoch", "checkpoint", "trial")]
+    keys += [k for k in row if k not in keys and k not in ("epoch", "checkpoint", "trial")
+             and not k.startswith("_")]   # not metrics: e.g. when the report came
     return "  ".join(f"{k} {row[k]:.4g}" if isinstance(row[k], float) else f"{k} {row[k]}"
                      for k in keys[:limit])
 

@@ -12,8 +12,11 @@ from .. import contract
 
 
 def main() -> int:
+    from . import timing
     from .worker import forget_secrets, hide, load_secrets
 
+    timing.mark("main")
+    timing.process_started()
     started = time.monotonic()
     secrets: dict[str, str] = {}
     try:

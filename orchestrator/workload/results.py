@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from typing import Any
 
 from ..contract import RESULTS_FOLDER as FOLDER
 from ..contract import epoch_line, result_line
-from . import tracking
+from . import timing, tracking
 from .card import mark_checkpoint
 from .storage import join, read_history, write_bytes
 
@@ -36,7 +37,9 @@ def make_history_callback(run_uri: str, trial: str | None = None) -> Any:
                 mark_checkpoint(checkpoint, run_uri)
                 row["checkpoint"] = checkpoint.path
             self.history.append(row)
-            print(epoch_line(dict(row, trial=trial) if trial else row), flush=True)
+            line = dict(row, trial=trial) if trial else dict(row)
+            line[timing.REPORTED] = time.time()
+            print(epoch_line(line), flush=True)
             write_bytes(join(run_uri, FOLDER, "metrics.json"), json.dumps(self.history).encode())
 
     return HistoryCallback()
@@ -147,7 +150,8 @@ def finish(run_uri: str, summary: dict[str, Any], history: list[dict[str, Any]],
     if tracked is not None:
         summary["tracking"] = _track(tracked, summary, config, png, len(history))
     write_bytes(join(folder, "summary.json"), json.dumps(summary, indent=2, default=str).encode())
-    print(result_line(summary), flush=True)
+    timing.mark("results")
+    print(result_line(dict(summary, timing=timing.marks())), flush=True)
     return summary
 
 

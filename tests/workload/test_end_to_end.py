@@ -41,6 +41,14 @@ def test_vit_over_dataloader(local_ray, experiment, capsys):
     code, summary, err = run_json(capsys, path)
     assert code == 0, err
     assert_results_written(summary)
+    # where the time went: every phase measured, none negative, together the wall time
+    phases = summary["phases"]
+    assert set(phases) == {"submit", "job start", "driver", "data", "workers", "epochs",
+                           "shutdown", "results", "end"}
+    assert all(seconds >= 0 for seconds in phases.values())
+    assert phases["workers"] > 0 and phases["data"] > 0
+    assert abs(sum(phases.values()) - summary["wall_time_s"]) < 1.0
+    assert "timing" not in summary
 
 
 LOOP = '''
