@@ -2,7 +2,7 @@
 start to exit (idle stacks included, so waiting counts as time), and psutil records the CPU
 time of every process on the machine while the run lasts.
 
-    .venv/bin/python benchmarks/profile_epoch.py [--rounds 2] [--rows 2048] [--epochs 2]
+    .venv/bin/python benchmarks/profile_epoch.py [--rounds 2] [--rows 2048] [--epochs 2] [--cache false]
 
 Per side it prints, for the train function's thread: the share of samples in the data iterator,
 in forward, backward, the optimizer, reporting/checkpointing and anything else; and the CPU
@@ -156,8 +156,11 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2048)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--cache", choices=["auto", "false"], default="auto",
+                        help="the experiment's datasets.*.cache (as in run_vs_handwritten.py)")
     args = parser.parse_args()
     with bench(args.rows, args.epochs, args.workers) as b:
+        b.cache = args.cache if args.cache == "auto" else False
         for i in range(args.rounds):
             for side in SIDES if i % 2 == 0 else SIDES[::-1]:
                 profile(b, side)

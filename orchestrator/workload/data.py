@@ -1,8 +1,10 @@
 """Datasets for the job: Ray Data pipelines, or in-memory tensors for a torch DataLoader.
 
 Images (`image`: uint8 HxWx3) are normalised as in the tutorial: ToTensor then Normalize(0.5, 0.5),
-i.e. CHW float32 in [-1, 1]. Tabular features are every column but the label (or
-`feature_columns`), after the preprocessors, which are fitted on the train split only.
+i.e. CHW float32 in [-1, 1]: by a Ray Data map for a user's train loop, by the built-in loop on
+each batch (`normalize_tensor`, the same values), so Ray Data moves the uint8 images as read.
+Tabular features are every column but the label (or `feature_columns`), after the
+preprocessors, which are fitted on the train split only.
 """
 from __future__ import annotations
 
@@ -34,6 +36,14 @@ def absolute_paths(config: JobConfig) -> JobConfig:
     return {**config, "datasets": datasets}  # a new JobConfig; the caller's is left as it was
 
 
+# Ray Data 2.60's parquet reader (its "datasource V2", the default) lists the files again on
+# every pass over a dataset, in a task that starts a pool of FooterReader actors (up to 32) to
+# read the footers: a split streamed every epoch (`cache: false`) started ~5 worker processes
+# per split and epoch on a 2-core machine, most of an epoch's wait for data. The V1 reader reads
+# the footers once, when the dataset is made. V2 alone takes these options:
+PARQUET_V2_ONLY = ("ignore_missing_paths", "skip_paths")
+
+
 def read(spec: DatasetSection) -> Any:
     import ray.data
 
@@ -42,7 +52,14 @@ def read(spec: DatasetSection) -> Any:
     fmt = spec.get("format", "parquet")
     if fmt not in readers:
         raise ValueError(f"unknown dataset format {fmt!r}; one of {', '.join(readers)}")
-    return readers[fmt](resolve(spec["path"]), **(spec.get("read_options") or {}))
+    options = spec.get("read_options") or {}
+    context = ray.data.DataContext.get_current()
+    v2 = context.use_datasource_v2
+    context.use_datasource_v2 = fmt == "parquet" and any(k in options for k in PARQUET_V2_ONLY)
+    try:
+        return readers[fmt](resolve(spec["path"]), **options)
+    finally:
+        context.use_datasource_v2 = v2
 
 
 def check_paths(config: JobConfig) -> None:
@@ -90,11 +107,24 @@ def feature_columns(config: Mapping[str, Any], columns: list[str]) -> list[str]:
 
 
 def normalize_images(batch: dict[str, Any]) -> dict[str, Any]:
+    """A numpy batch's uint8 NxHxWxC `image`s as float32 NxCxHxW in [-1, 1]."""
     import numpy as np
 
-    images = np.asarray(batch[IMAGE], dtype=np.float32)
-    batch[IMAGE] = ((images / 255.0 - 0.5) / 0.5).transpose(0, 3, 1, 2)
+    batch[IMAGE] = _normalized(np.asarray(batch[IMAGE], dtype=np.float32)).transpose(0, 3, 1, 2)
     return batch
+
+
+def normalize_tensor(images: Any) -> Any:
+    """`normalize_images` for a torch uint8 NxHxWxC tensor, the same float32 values (the same
+    operations in the same order); contiguous NxCxHxW, as Ray Data hands normalised images over."""
+    import torch
+
+    return _normalized(images.to(torch.float32)).permute(0, 3, 1, 2).contiguous()
+
+
+def _normalized(images: Any) -> Any:
+    """ToTensor then Normalize(0.5, 0.5) on float32 pixel values 0-255 (numpy or torch)."""
+    return (images / 255.0 - 0.5) / 0.5
 
 
 @dataclass(frozen=True)
@@ -109,9 +139,11 @@ class Prepared:
     image: bool = False            # the model takes images (`IMAGE`), not tabular features
 
 
-def ray_datasets(config: JobConfig, *, image: bool, vector: bool, cache_auto: bool) -> Prepared:
+def ray_datasets(config: JobConfig, *, image: bool, vector: bool, cache_auto: bool,
+                 raw_images: bool = False) -> Prepared:
     """Read, fit preprocessors on train, transform every split, cache what fits (see `cache`).
-    The trainer says how its model takes the data: `image`s, or tabular features as one
+    The trainer says how its model takes the data: `image`s (normalised here, or left uint8 as
+    read when the loop normalises each batch itself: `raw_images`), or tabular features as one
     float32 `vector` column (`FEATURES`) or as columns; `cache_auto`: whether `cache: auto`
     splits may be cached (`cache_by_default`)."""
     datasets = {name: read(spec) for name, spec in config["datasets"].items()}
@@ -122,8 +154,9 @@ def ray_datasets(config: JobConfig, *, image: bool, vector: bool, cache_auto: bo
     features = [IMAGE] if image else feature_columns(config, datasets["train"].schema().names)
     input_dim = None
     if image:
-        datasets = {k: v.map_batches(normalize_images, batch_format="numpy")
-                    for k, v in datasets.items()}
+        if not raw_images:
+            datasets = {k: v.map_batches(normalize_images, batch_format="numpy")
+                        for k, v in datasets.items()}
     elif vector:
         import numpy as np
         from ray.data.preprocessors import Concatenator
@@ -132,12 +165,13 @@ def ray_datasets(config: JobConfig, *, image: bool, vector: bool, cache_auto: bo
                               dtype=np.float32)  # type: ignore[arg-type]  # as in Ray's own docs
         datasets = {k: concat.transform(v) for k, v in datasets.items()}
         input_dim = len(features)
-    return Prepared(cache(config, datasets, image, cache_auto), preprocessor, columns, features,
-                    input_dim, image)
+    return Prepared(cache(config, datasets, image and not raw_images, cache_auto), preprocessor,
+                    columns, features, input_dim, image)
 
 
 # `cache: auto` estimates a split's size in memory from its files: Ray's own default guess for
-# parquet's encoding ratio (5), 2 for text formats; images grow 4x more (uint8 -> float32).
+# parquet's encoding ratio (5), 2 for text formats; normalised images grow 4x more (uint8 ->
+# float32).
 EXPANSION = {"parquet": 5.0, "numpy": 1.0}
 IMAGE_EXPANSION = 4.0
 CACHE_SHARE = 0.25  # of the cluster's object store, for all cached splits together
@@ -147,7 +181,7 @@ def cache(config: JobConfig, datasets: dict[str, Any], image: bool,
           cache_auto: bool) -> dict[str, Any]:
     """Materialise the preprocessed splits `choose_cache` picks in Ray's object store, so later
     epochs neither read nor preprocess them again (Ray Train's data guide recommends this for
-    data that fits in the object store)."""
+    data that fits in the object store). `image`: the splits hold normalised (float32) images."""
     specs = config["datasets"]
     auto = [name for name in datasets if specs[name].get("cache", "auto") == "auto"] \
         if cache_auto else []
@@ -192,7 +226,8 @@ def choose_cache(config: JobConfig, estimates: dict[str, float | None],
 
 
 def estimated_bytes(spec: DatasetSection, image: bool) -> float | None:
-    """The split's size in memory, guessed from the size of its files; None if unknown."""
+    """The split's size in memory, guessed from the size of its files; None if unknown.
+    `image`: it holds images normalised to float32."""
     import pyarrow.fs
 
     try:

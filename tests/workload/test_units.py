@@ -132,3 +132,102 @@ def test_estimated_size_comes_from_the_files(tmp_path):
     assert estimated_bytes(folder, image=True) == 150 * EXPANSION["parquet"] * IMAGE_EXPANSION
     assert estimated_bytes({"format": "csv", "path": str(tmp_path / "t.csv")}, image=False) == 16
     assert estimated_bytes({"format": "csv", "path": "nosuchscheme://bucket/x"}, image=False) is None
+
+
+def test_the_built_in_loop_normalises_uint8_batches_as_ray_data_did():
+    import numpy as np
+    import torch
+
+    from orchestrator.workload import data
+    from orchestrator.workload.trainers.torch import _from_shard
+
+    images = np.random.default_rng(0).integers(0, 256, (6, 8, 8, 3), dtype=np.uint8)
+    before = np.ascontiguousarray(data.normalize_images({data.IMAGE: images.copy()})[data.IMAGE])
+
+    class Shard:
+        def iter_torch_batches(self, batch_size, dtypes):
+            for start in range(0, len(images), batch_size):
+                part = images[start:start + batch_size]
+                yield {data.IMAGE: torch.as_tensor(part, dtype=dtypes[data.IMAGE]),
+                       "label": torch.zeros(len(part), dtype=dtypes["label"])}
+
+    dtypes = {data.IMAGE: torch.uint8, "label": torch.long}
+    batches = list(_from_shard(Shard(), 4, dtypes, data.IMAGE, "label", data.normalize_tensor, 0))
+    x = torch.cat([x for x, _ in batches])
+    assert [len(y) for _, y in batches] == [4, 2]
+    assert x.dtype == torch.float32 and x.shape == (6, 3, 8, 8) and x.is_contiguous()
+    assert torch.equal(x, torch.from_numpy(before))   # bit for bit: one model card, one input
+
+
+def test_images_stay_uint8_in_ray_data_for_the_built_in_loop_only(monkeypatch):
+    from types import SimpleNamespace
+
+    from orchestrator.workload import data
+
+    class Split:
+        def __init__(self) -> None:
+            self.mapped: list = []
+
+        def schema(self):
+            return SimpleNamespace(names=[data.IMAGE, "label"])
+
+        def map_batches(self, function, **options):
+            self.mapped.append(function)
+            return self
+
+        def materialize(self):
+            return self
+
+    estimated = []
+    monkeypatch.setattr(data, "read", lambda spec: Split())
+    monkeypatch.setattr(data, "object_store_bytes", lambda: 1e12)
+    monkeypatch.setattr(data, "estimated_bytes",
+                        lambda spec, image: estimated.append(image) or 1.0)
+    config = {"datasets": {"train": {"path": "t"}, "valid": {"path": "v"}}}
+    for raw in (True, False):
+        estimated.clear()
+        prepared = data.ray_datasets(config, image=True, vector=True, cache_auto=True,
+                                     raw_images=raw)
+        for split in prepared.datasets.values():
+            assert split.mapped == ([] if raw else [data.normalize_images])
+        assert estimated == [not raw, not raw]   # uint8 images are a quarter of the size
+        assert prepared.image and prepared.features == [data.IMAGE]
+
+
+def test_only_the_built_in_loop_asks_for_images_as_read(monkeypatch, tmp_path):
+    import ray.train.torch
+
+    from orchestrator.workload import data
+    from orchestrator.workload.trainers import torch as trainer
+
+    asked = []
+
+    def ray_datasets(config, **how):
+        asked.append(how["raw_images"])
+        return data.Prepared({"train": None}, None, [data.IMAGE, "label"], [data.IMAGE], None, True)
+
+    monkeypatch.setattr(data, "check_paths", lambda config: None)
+    monkeypatch.setattr(data, "ray_datasets", ray_datasets)
+    monkeypatch.setattr(ray.train.torch, "TorchTrainer", lambda loop, **options: loop)
+    monkeypatch.setattr(trainer, "import_train_loop", lambda reference: lambda config: None)
+    config = {"model": {"name": "vit", "args": {}}, "datasets": {"train": {"path": "t"}},
+              "scaling_config": {"num_workers": 1, "use_gpu": False, "resources_per_worker": None}}
+    trainer.make_trainer(config, None)
+    trainer.make_trainer({**config, "train_loop": "mine:train"}, None)
+    assert asked == [True, False]   # a user's loop gets the normalised images it always got
+
+
+def test_parquet_is_read_with_the_reader_that_lists_files_once(monkeypatch):
+    import ray.data
+
+    from orchestrator.workload import data
+
+    context = ray.data.DataContext.get_current()
+    seen = []
+    monkeypatch.setattr(ray.data, "read_parquet",
+                        lambda path, **options: seen.append(context.use_datasource_v2))
+    monkeypatch.setattr(context, "use_datasource_v2", True)
+    data.read({"format": "parquet", "path": "/data/train"})
+    data.read({"format": "parquet", "path": "/data/train", "read_options": {"skip_paths": []}})
+    assert seen == [False, True]   # V1, unless an option only V2 has is asked for
+    assert context.use_datasource_v2 is True   # Ray's setting is left as it was
