@@ -168,7 +168,7 @@ def test_warm_reused_busy_with_a_job_idle_stopped_crashed_replaced_and_stopped(m
             assert watchdog.report(secrets())["sessions"] == 1
             jobs = jobs_client(again)
             job = f"sleeper-{uuid.uuid4().hex[:8]}"
-            jobs.submit(entrypoint=f"{sys.executable} -c 'import time; time.sleep(10)'",
+            jobs.submit(entrypoint=f"{sys.executable} -c 'import time; time.sleep(6)'",
                         runtime_env={}, submission_id=job)
         left_at = time.time()
         assert until(lambda: jobs.status(job) == "RUNNING", timeout=60)
