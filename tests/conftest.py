@@ -35,6 +35,9 @@ ISOLATED_ENV = {
     "MLFLOW_DISABLE_TELEMETRY": "true",   # MLflow 3 would report usage from the tracking tests
     "AWS_CONFIG_FILE": os.devnull,
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    # no warm embedded Ray outlives a test: its last run stops it (tests/test_embedded_idle.py
+    # sets a limit of its own)
+    "ORCHESTRATE_LOCAL_RAY_IDLE": "0",
 }
 
 # Set before anything imports an SDK, which may read these once at import time.
@@ -172,9 +175,10 @@ def state():
 
 
 
-# What the suite may start: Ray's daemons, sshds of the test hosts, moto's server, `ray up`.
-STARTED_BY_TESTS = (r"raylet|gcs_server|dashboard/agent|sshd -D -e -f|moto\.server|\.venv-mlflow/|"
-                    r"ray\.scripts\.scripts (up|down)")
+# What the suite may start: Ray's daemons, the embedded Ray's watchdog, sshds of the test hosts,
+# moto's server, `ray up`.
+STARTED_BY_TESTS = (r"raylet|gcs_server|dashboard/agent|orchestrator\.reach\.watchdog|"
+                    r"sshd -D -e -f|moto\.server|\.venv-mlflow/|ray\.scripts\.scripts (up|down)")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,8 +1,9 @@
 """orchestrate run EXPERIMENT.yaml: submit the job, follow it, print its results.
 
-Without `cluster:` the job goes to the embedded Ray (started for the run, stopped after it,
-or reused if one is up). The submission id comes from the experiment's content: an unchanged
-experiment finds the job it already started instead of starting it twice (--force: run again).
+Without `cluster:` the job goes to the embedded Ray (reused if one is up, else started; it
+stays up once idle for ORCHESTRATE_LOCAL_RAY_IDLE, default 10m, for the next run). The
+submission id comes from the experiment's content: an unchanged experiment finds the job it
+already started instead of starting it twice (--force: run again).
 """
 from __future__ import annotations
 

@@ -1,10 +1,13 @@
-"""orchestrate status [NAME]: the recorded clusters and their live health."""
+"""orchestrate status [NAME]: the recorded clusters and their live health, and the embedded Ray
+when one is up (a line after the table; `--embedded --format json` gives it to scripts: an
+object, or null when none is up; the clusters' JSON list is unchanged)."""
 from __future__ import annotations
 
 import argparse
 import time
 from typing import Any
 
+from ..errors import ClusterError
 from ..output import add_format_argument, emit_json, print_table
 from ..state import State
 
@@ -12,6 +15,10 @@ from ..state import State
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", metavar="NAME|CLUSTER.yaml",
                         help="one cluster (default: all recorded)")
+    parser.add_argument("--embedded", action="store_true",
+                        help="only the embedded Ray: whether it is up, in use, when it stops")
+    parser.add_argument("--local-ray", dest="embedded", action="store_true",
+                        help=argparse.SUPPRESS)   # its old name, as `stop` and `dashboard` take
     add_format_argument(parser)
 
 
@@ -21,11 +28,27 @@ def _resources(live: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _embedded(state: State) -> dict[str, Any] | None:
+    from ..reach import watchdog
+
+    return watchdog.report(state.secrets)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..cluster import health
+    from ..reach import idle
     from . import pick
 
     state = State.here()
+    if args.embedded:
+        if args.name:
+            raise ClusterError("name a cluster or give --embedded, not both")
+        report = _embedded(state)
+        if args.format == "json":
+            emit_json(report)
+        else:
+            print(idle.describe(report) if report else "the embedded Ray is not running")
+        return 0
     records = [pick.cluster(args.name, state)] if args.name else state.store.list_clusters()
     rows = [{**r.as_dict(), "live": health.live(r, state)} for r in records]
     if args.format == "json":
@@ -33,7 +56,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not rows:
         print("no clusters recorded")
-        return 0
+    else:
+        _print_clusters(rows)
+    report = None if args.name else _embedded(state)
+    if report:
+        print(idle.describe(report))
+    return 0
+
+
+def _print_clusters(rows: list[dict[str, Any]]) -> None:
     table = []
     for row in rows:
         live = row["live"]
@@ -45,4 +76,3 @@ def run(args: argparse.Namespace) -> int:
                       verdict])
     print_table(table, ["NAME", "PROVIDER", "STATE", "NODES", "RESOURCES", "ADDRESS", "UPDATED",
                         "HEALTH"])
-    return 0

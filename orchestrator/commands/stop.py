@@ -12,7 +12,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", metavar="NAME|CLUSTER.yaml",
                         help="the job's cluster (default: where this machine submitted it)")
     parser.add_argument("--embedded", action="store_true",
-                        help="shut down the embedded Ray (and every job on it)")
+                        help="shut down the embedded Ray now (every job on it, and its watchdog)")
     parser.add_argument("--local-ray", dest="embedded", action="store_true",
                         help=argparse.SUPPRESS)   # its old name, for scripts
 

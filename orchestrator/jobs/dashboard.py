@@ -99,15 +99,16 @@ def _reached(record: ClusterRecord | None, state: State, port: int | None, port_
 
             yield endpoint, f"cluster {record.name}", forward_closed
         return
-    with open_target(state) as endpoint:
+    # a user of the embedded Ray while it is shown: its watchdog does not stop it meanwhile
+    with embedded.user(state.secrets), open_target(state) as endpoint:
         if port_asked:
             progress("--port is for a cluster's forward; the embedded Ray's dashboard keeps "
                      "its own port")
 
         def stopped() -> ClusterError | None:
             return None if embedded.running_at(endpoint.address) else ClusterError(
-                "the embedded Ray stopped (its last run ended, or `stop --embedded`)",
-                hint="`orchestrate run --detach` keeps it up for a job")
+                "the embedded Ray stopped (`stop --embedded`, or its last run ended)",
+                hint="`orchestrate run` starts it again")
 
         yield endpoint, embedded.LABEL, stopped
 

@@ -25,10 +25,14 @@ It runs with Ray's token authentication (RAY_AUTH_MODE=token): each instance get
 (the SecretStore's key TOKEN_KEY; Ray reads the file through RAY_AUTH_TOKEN_PATH), which our
 clients send as `Authorization: Bearer <token>` (`EmbeddedRay.endpoint`).
 
-Several `orchestrate run`s may share it: each registers itself in `users/`; the last one to
-leave stops it, unless a detached job asked to keep it (`keep`), which `orchestrate stop
---embedded` ends. Its record is this machine's alone (a process id): it lives in the local
-folder `$ORCHESTRATE_HOME/local-ray/`, never in a shared state backend.
+Several `orchestrate run`s may share it: each registers itself in `users/`. When the last one
+leaves, the Ray stays up ("warm") for ORCHESTRATE_LOCAL_RAY_IDLE (default 10m, `reach.idle`):
+its watchdog (`reach.watchdog`, started with it) stops it once nothing has used it that long.
+With that setting at 0, the last one to leave stops it, unless a detached job asked to keep it
+(`keep`), which `orchestrate stop --embedded` ends. A recorded Ray found dead, or no longer
+answering with our token, is stopped (what is left of it) before another is started. Its
+record is this machine's alone (a process id): it lives in the local folder
+`$ORCHESTRATE_HOME/local-ray/`, never in a shared state backend.
 """
 from __future__ import annotations
 
@@ -39,7 +43,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -58,7 +63,9 @@ from ..util.processes import (
     ray_command,
     stop_group,
 )
+from ..util.progress import Progress, silent
 from ..util.waiting import until
+from . import idle
 from .endpoint import EMBEDDED, Endpoint
 
 TOKEN_KEY = "local-ray"
@@ -73,6 +80,9 @@ class EmbeddedRay:
     temp_dir: str
     num_cpus: int
     keep: bool = False
+    idle_limit: float = 0.0   # seconds (reach.idle), as the last session to come or go had it
+    last_used: float | None = None   # when a session last came or went, or the watchdog saw it
+    watchdog: int = 0   # its pid (reach.idle.spawn); 0: none
 
     def endpoint(self, secrets: SecretStore) -> Endpoint:
         listeners.vouch(self.address, self.pid)   # its listener: a process of its group
@@ -83,6 +93,11 @@ def _folder() -> Path:
     folder = home() / "local-ray"
     (folder / "users").mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def record_path() -> Path:
+    """Where the record is (its folder is not created: reading it must leave no trace)."""
+    return home() / "local-ray" / "record.json"
 
 
 LOCK_TIMEOUT = 300.0  # starting the embedded Ray takes ~10 s; a holder this long is stuck
@@ -117,7 +132,7 @@ def _recorded() -> EmbeddedRay | None:
     """What the record says, whether or not that Ray still runs; None for a damaged record
     (`sound`): its pid and temp dir are what `stop` signals and removes."""
     try:
-        ray = EmbeddedRay(**json.loads((_folder() / "record.json").read_text()))
+        ray = EmbeddedRay(**json.loads(record_path().read_text()))
     except (OSError, ValueError, TypeError):
         return None
     on_loopback = isinstance(ray.address, str) and ray.address.startswith("http://127.0.0.1:")
@@ -260,9 +275,9 @@ def _bound_ports(group: int, temp_dir: str) -> tuple[int, int] | None:
 
 def stop(ray: EmbeddedRay, timeout: float = 30.0) -> None:
     """SIGTERM the head (it stops its children), then SIGKILL what is left of its group, then
-    whatever of it left the group (its processes name its temp dir). The pid is signalled only
-    while it is still this Ray's (its command line names the temp dir); a damaged record
-    (`sound`) is not acted on at all."""
+    whatever of it left the group (its processes name its temp dir), and its watchdog. The pid
+    is signalled only while it is still this Ray's (its command line names the temp dir); a
+    damaged record (`sound`) is not acted on at all."""
     if not sound(ray):
         raise JobError(f"the embedded Ray's record is damaged (pid {ray.pid!r}, temp dir "
                        f"{ray.temp_dir!r}); nothing was stopped",
@@ -270,20 +285,35 @@ def stop(ray: EmbeddedRay, timeout: float = 30.0) -> None:
                             f"{_folder() / 'record.json'}")
     if names_in_command_line(ray.pid, ray.temp_dir):
         stop_group(ray.pid, timeout=timeout)
+    idle.end(ray.watchdog, ray.pid)   # not us: is_watchdog refuses this process
     kill_naming(ray.temp_dir)
     shutil.rmtree(ray.temp_dir, ignore_errors=True)
-    private = Path(ray.temp_dir).parent   # the 0700 folder around it (older records: none)
-    if Path(ray.temp_dir).name == "ray" and private.name.startswith("orc-"):
+    private = _private(ray)
+    if private != Path(ray.temp_dir):
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _live_users() -> list[Path]:
+def _private(ray: EmbeddedRay) -> Path:
+    """The 0700 folder around Ray's temp dir (older records: the temp dir itself)."""
+    private = Path(ray.temp_dir).parent
+    return private if Path(ray.temp_dir).name == "ray" and private.name.startswith("orc-") \
+        else Path(ray.temp_dir)
+
+
+def running(ray: EmbeddedRay) -> bool:
+    """Whether its head still runs (the pid is alive and still this Ray's)."""
+    return alive(ray.pid) and names_in_command_line(ray.pid, ray.temp_dir)
+
+
+def live_users(*, prune: bool = True) -> list[Path]:
+    """The `users/` entries of sessions that still run; `prune` (under the lock): remove the
+    others."""
     users = []
     for path in (_folder() / "users").iterdir():
         pid = path.name.split("-")[0]
         if pid.isdigit() and alive(int(pid)):
             users.append(path)
-        else:
+        elif prune:
             path.unlink(missing_ok=True)
     return users
 
@@ -301,32 +331,94 @@ def current(secrets: SecretStore) -> EmbeddedRay | None:
         return _read_record(secrets)
 
 
-@contextlib.contextmanager
-def session(secrets: SecretStore, num_cpus: int | None = None,
-            keep: bool = False) -> Iterator[tuple[EmbeddedRay, bool]]:
-    """Use the embedded Ray for the duration of the block: reuse one that is up, else start one.
+def recorded() -> EmbeddedRay | None:
+    """The record as it is, without the lock or a request (`status`, the watchdog)."""
+    return _recorded()
 
-    Yields (EmbeddedRay, started). On exit the last user stops it, unless someone asked to keep it.
-    """
+
+ANSWER_PATIENCE = 10.0   # a loaded machine's dashboard may be slow: not a reason to kill it
+
+
+def _recover(secrets: SecretStore, progress: Progress) -> EmbeddedRay | None:
+    """Under the lock, when the recorded Ray does not answer: the record's Ray if it answers
+    after all (a loaded machine's dashboard may be slow); else what is left of it (dead, or
+    deaf to our token) is stopped and its record removed, and None (start another)."""
+    ray = _recorded()
+    if ray is None:
+        return None
+    if running(ray) and until(lambda: _answers(ray.address, secrets), timeout=ANSWER_PATIENCE,
+                              interval=1.0):
+        return _read_record(secrets)
+    why = "no longer answered" if running(ray) else "had stopped"
+    progress(f"{LABEL} (pid {ray.pid}) {why}; starting another")
+    stop(ray)
+    _write_record(None, secrets)
+    return None
+
+
+def _watched(ray: EmbeddedRay) -> EmbeddedRay:
+    """With an idle limit, the Ray with a live watchdog (one is started if it has none)."""
+    if ray.idle_limit <= 0 or idle.is_watchdog(ray.watchdog, ray.pid):
+        return ray
+    return replace(ray, watchdog=idle.spawn(ray.pid, _private(ray)))
+
+
+@contextlib.contextmanager
+def session(secrets: SecretStore, num_cpus: int | None = None, keep: bool = False,
+            progress: Progress = silent) -> Iterator[tuple[EmbeddedRay, bool]]:
+    """Use the embedded Ray for the duration of the block: reuse one that is up, else start one
+    (after stopping what is left of a recorded one that died).
+
+    Yields (EmbeddedRay, started). On exit, with an idle limit (`reach.idle`), it stays up for
+    its watchdog to stop; without, the last user stops it, unless someone asked to keep it."""
+    limit = idle.limit()
     me = _folder() / "users" / f"{os.getpid()}-{os.urandom(4).hex()}"  # one per session
     with _locked():
-        ray = _read_record(secrets)
+        ray = _read_record(secrets) or _recover(secrets, progress)
         started = ray is None
         if ray is None:
             ray = start(secrets, num_cpus)
-        if keep and not ray.keep:
-            ray = replace(ray, keep=True)
+        ray = _watched(replace(ray, keep=ray.keep or keep, idle_limit=limit,
+                               last_used=time.time()))
         _write_record(ray, secrets)
         me.touch()
     try:
         yield ray, started
     finally:
-        with _locked():
-            me.unlink(missing_ok=True)
-            ray = _recorded() or ray  # keep: a detached job may have asked since
-            if not ray.keep and not _live_users():
-                stop(ray)
-                _write_record(None, secrets)
+        _leave(me, ray, secrets, limit)
+
+
+def _leave(me: Path, ray: EmbeddedRay, secrets: SecretStore, limit: float) -> None:
+    with _locked():
+        me.unlink(missing_ok=True)
+        now = _recorded()   # keep: a detached job may have asked since
+        if now is None or now.pid != ray.pid:
+            return   # stopped by hand, or replaced: not ours to stop
+        if limit <= 0 and not now.keep and not live_users():
+            stop(now)
+            _write_record(None, secrets)
+            return
+        _write_record(_watched(replace(now, idle_limit=limit, last_used=time.time())), secrets)
+
+
+@contextlib.contextmanager
+def user(secrets: SecretStore) -> Iterator[None]:
+    """Count as a user of the embedded Ray, if one is up, for the block (`dashboard`): its
+    watchdog does not stop it meanwhile. Without an idle limit, nothing (the last run still
+    stops it, as before)."""
+    limit = idle.limit()
+    me = _folder() / "users" / f"{os.getpid()}-{os.urandom(4).hex()}"
+    with _locked():
+        ray = _read_record(secrets) if limit > 0 else None
+        if ray is not None:
+            me.touch()
+    if ray is None:
+        yield
+        return
+    try:
+        yield
+    finally:
+        _leave(me, ray, secrets, limit)
 
 
 def keep_running(secrets: SecretStore) -> None:
@@ -338,10 +430,37 @@ def keep_running(secrets: SecretStore) -> None:
 
 
 def shutdown(secrets: SecretStore) -> bool:
-    """Stop the embedded Ray whoever started it; False if none was up."""
+    """Stop the embedded Ray whoever started it, its watchdog too; False if none was up."""
     with _locked():
-        ray = _read_record(secrets, strangers=True)
+        ray = _read_record(secrets, strangers=True) or _recorded()   # or what is left of it
         if ray is None:
+            return False
+        was_running = running(ray)
+        stop(ray)
+        _write_record(None, secrets)
+        return was_running
+
+
+def mark_used(pid: int, secrets: SecretStore) -> bool:
+    """For the watchdog of the Ray `pid`: its idle time counts from now. False if the record
+    no longer names that Ray."""
+    with _locked():
+        ray = _recorded()
+        if ray is None or ray.pid != pid:
+            return False
+        _write_record(replace(ray, last_used=time.time()), secrets)
+        return True
+
+
+def stop_if(pid: int, still: Callable[[EmbeddedRay], bool], secrets: SecretStore) -> bool:
+    """For the watchdog of the Ray `pid`: under the lock, stop it (and remove its record and
+    token) if `still(record)` holds. True when the watchdog's work is done: stopped, or the
+    record no longer names that Ray."""
+    with _locked():
+        ray = _recorded()
+        if ray is None or ray.pid != pid:
+            return True
+        if not still(ray):
             return False
         stop(ray)
         _write_record(None, secrets)

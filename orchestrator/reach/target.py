@@ -22,9 +22,10 @@ from ..util.progress import Progress, silent
 from . import embedded
 from .endpoint import Endpoint, open_cluster, open_dashboard
 
-NOT_RUNNING = "the embedded Ray is not running (it stops when its last run ends)"
-NOT_RUNNING_HINT = ("name a cluster (`orchestrate up CLUSTER.yaml` starts one); `run --detach` "
-                    "and `serve` keep the embedded Ray up")
+NOT_RUNNING = ("the embedded Ray is not running (it stops once idle for "
+               "ORCHESTRATE_LOCAL_RAY_IDLE, default 10m; at 0, when its last run ends)")
+NOT_RUNNING_HINT = ("name a cluster (`orchestrate up CLUSTER.yaml` starts one); `run`, "
+                    "`predict` and `serve` start the embedded Ray")
 
 
 def recorded_cluster(state: State, *, name: str | None = None, file: Path | None = None,
@@ -78,7 +79,8 @@ def open_target(state: State, cluster: ClusterRecord | None = None, *, job: str 
             yield endpoint
         return
     if start:
-        with embedded.session(state.secrets, num_cpus=num_cpus, keep=keep) as (ray, started):
+        with embedded.session(state.secrets, num_cpus=num_cpus, keep=keep,
+                              progress=progress) as (ray, started):
             progress(f"{'started' if started else 'using'} the embedded Ray ({ray.address})")
             yield ray.endpoint(state.secrets)
         return

@@ -102,19 +102,27 @@ def alive(pid: int) -> bool:
         return True
 
 
+STRAGGLERS = 3.0   # how long what is left of a group may take to exit once its leader has
+
+
 def stop_group(pgid: int, *, timeout: float) -> None:
     """A process group whose leader may not be our child (the embedded Ray, started by another
-    command): SIGTERM the leader, which stops the rest itself, wait up to `timeout` for the
-    whole group to go, then SIGKILL what is left."""
+    command): SIGTERM the leader, which stops the rest itself; once the leader is gone (or
+    after `timeout`), the rest gets STRAGGLERS seconds, then SIGKILL. (A Ray dashboard module
+    caught connecting to the cluster as the GCS stops retries for 30 s and more.)"""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pgid, signal.SIGTERM)
 
-    def gone() -> bool:
+    def reaped() -> None:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pgid, os.WNOHANG)  # reap the leader if it is our child
-        return not group_alive(pgid)
 
-    until(gone, timeout=timeout, interval=0.2)
+    def leader_gone() -> bool:
+        reaped()
+        return not alive(pgid)
+
+    until(leader_gone, timeout=timeout, interval=0.2)
+    until(lambda: not group_alive(pgid), timeout=STRAGGLERS, interval=0.2)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):

@@ -82,3 +82,36 @@ def test_kill_naming_refuses_a_needle_that_names_more_than_an_embedded_rays_temp
         if sentinel.poll() is None:
             sentinel.kill()
         sentinel.wait()
+
+
+LEADER = """
+import signal, subprocess, sys, time
+straggler = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                              "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"])
+print(straggler.pid, flush=True)
+time.sleep(300)
+"""
+
+
+def test_stop_group_does_not_wait_its_timeout_for_a_straggler_once_the_leader_is_gone():
+    """A Ray dashboard module caught connecting as the GCS stops ignores SIGTERM for 30 s and
+    more: once the leader has exited, what is left of its group is killed after a short grace
+    (the old wait for the whole group would sit out this test's timeout of an hour)."""
+    from orchestrator.util.processes import stop_group
+    from orchestrator.util.waiting import until
+
+    leader = subprocess.Popen([sys.executable, "-c", LEADER], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    straggler = int(leader.stdout.readline())
+    try:
+        stop_group(leader.pid, timeout=3600)
+        assert leader.poll() is not None
+        assert until(lambda: not alive(straggler), timeout=30)   # SIGKILLed: no longer waited for
+    finally:
+        for pid in (leader.pid, straggler):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        leader.wait()
+        leader.stdout.close()
