@@ -29,6 +29,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "handwritten" / "handwritten_quickstart.py"
+PHASES = ("submit", "job start", "driver", "data", "workers", "epochs", "shutdown", "results",
+          "end")   # `orchestrator.jobs.phases`, in order (the JSON's keys are sorted)
 SIDES = ("cold orchestrate", "cold script", "warm orchestrate", "script, job submit")
 
 
@@ -87,8 +89,8 @@ class Bench:
         start = time.monotonic()
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
         seconds = time.monotonic() - start
-        if done.returncode != 0 or (side == "script, job submit" and "SUCCEEDED" not in
-                                    done.stdout + done.stderr):
+        if done.returncode != 0 or (side == "script, job submit" and "succeeded" not in
+                                    (done.stdout + done.stderr).lower()):
             sys.exit(f"{side} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
         if side in self.phases:
             self.phases[side].append(json.loads(done.stdout).get("phases") or {})
@@ -143,7 +145,7 @@ def main() -> int:
     print(f"warm orchestrate / the script by `ray job submit` on the same Ray: "
           f"{statistics.median(warm) / statistics.median(submit):.2f}x")
     for side, rows in bench.phases.items():
-        names = list(rows[0]) if rows else []
+        names = [n for n in PHASES if rows and n in rows[0]]
         print(f"\n{side}, phases (median s over {len(rows)} runs): " + ", ".join(
             f"{n} {statistics.median(r.get(n, 0.0) for r in rows):.1f}" for n in names))
     print(f"\n{args.rounds} rounds; reproduce: {Path(sys.executable).name} "

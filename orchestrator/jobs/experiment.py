@@ -7,8 +7,8 @@
     status = jobs.follow(job_id, display(...).on_line)
     summary = results(jobs, submission, status, ...)     # JobError when the job failed
 
-Without `cluster:` the job goes to the embedded Ray (started for the run, stopped after it,
-or reused if one is up). The submission id comes from the experiment's content: an unchanged
+Without `cluster:` the job goes to the embedded Ray (reused if one is up, else started; it
+stays up until idle for ORCHESTRATE_LOCAL_RAY_IDLE, `reach.idle`). The submission id comes from the experiment's content: an unchanged
 experiment finds the job it already started instead of starting it twice (`force`: run again).
 """
 from __future__ import annotations
