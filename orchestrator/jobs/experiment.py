@@ -9,7 +9,8 @@
 
 Without `cluster:` the job goes to the embedded Ray (reused if one is up, else started; it
 stays up until idle for ORCHESTRATE_LOCAL_RAY_IDLE, `reach.idle`). The submission id comes
-from the experiment's content: an unchanged experiment finds the job it already started instead of starting it twice (`force`: run again).
+from the experiment's content: an unchanged experiment finds the job it already started
+instead of starting it twice (`force`: run again).
 """
 from __future__ import annotations
 
