@@ -20,12 +20,12 @@ def test_a_damaged_record_is_not_acted_on(tmp_path, monkeypatch, temp_dir):
     record = {"address": "http://127.0.0.1:8265", "gcs_address": "127.0.0.1:6379",
               "pid": os.getpid(), "temp_dir": temp_dir, "num_cpus": 2}
     (embedded._folder() / "record.json").write_text(_json.dumps(record))
-    assert embedded._recorded() is None
+    assert embedded.recorded() is None
     with pytest.raises(JobError, match="record is damaged"):
         embedded.stop(embedded.EmbeddedRay(**record))
     good = {**record, "pid": 12345, "temp_dir": "/tmp/orc-abc/ray"}
     (embedded._folder() / "record.json").write_text(_json.dumps(good))
-    assert embedded._recorded() == embedded.EmbeddedRay(**good)
+    assert embedded.recorded() == embedded.EmbeddedRay(**good)
 
 
 def test_a_record_whose_dashboard_is_not_on_loopback_is_none(tmp_path, monkeypatch):
@@ -37,4 +37,4 @@ def test_a_record_whose_dashboard_is_not_on_loopback_is_none(tmp_path, monkeypat
     record = {"address": "http://10.0.0.9:8265", "gcs_address": "127.0.0.1:6379",
               "pid": 12345, "temp_dir": "/tmp/orc-abc/ray", "num_cpus": 2}
     (embedded._folder() / "record.json").write_text(_json.dumps(record))
-    assert embedded._recorded() is None
+    assert embedded.recorded() is None

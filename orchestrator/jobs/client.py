@@ -34,6 +34,9 @@ class JobsClient:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
         self._client = self._call(_make_client, endpoint.address, endpoint.headers or None)
+        # what an ended job's info and log are: they change no more, so they are asked once
+        self._ended_info: dict[str, Any] = {}
+        self._ended_logs: dict[str, str] = {}
 
     def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
@@ -83,14 +86,24 @@ class JobsClient:
             raise
 
     def info(self, job_id: str) -> Any:
-        return self._on_job(self._client.get_job_info, job_id)
+        if job_id in self._ended_info:
+            return self._ended_info[job_id]
+        found = self._on_job(self._client.get_job_info, job_id)
+        if str(getattr(found.status, "value", found.status)) in TERMINAL:
+            self._ended_info[job_id] = found
+        return found
 
     def status(self, job_id: str) -> str:
         status = self.info(job_id).status
         return str(getattr(status, "value", status))
 
     def logs(self, job_id: str) -> str:
+        if job_id in self._ended_logs:
+            return self._ended_logs[job_id]
+        ended = job_id in self._ended_info   # known to have ended before the log was read
         text: str = self._on_job(self._client.get_job_logs, job_id)
+        if ended:
+            self._ended_logs[job_id] = text
         return text
 
     def stop(self, job_id: str) -> bool:
@@ -147,20 +160,23 @@ class JobsClient:
                 task.result()
             return tasks[2] in done and tasks[0] not in done
 
+        ended_first = False
         try:
-            if asyncio.run(both()):
-                whole = self.logs(job_id)
-                if len(whole) > received[0]:
-                    take(whole[received[0]:])
+            ended_first = asyncio.run(both())
         except (KeyboardInterrupt, JobError):
             raise
         except Exception as exc:  # noqa: BLE001 - the stream broke; the job may still be fine
             self._check_alive()
             if self.status(job_id) not in TERMINAL:
                 self._call(_raise, exc)
+        status = self._wait(job_id)   # its end known first: the log read next is whole (kept)
+        if ended_first:
+            whole = self.logs(job_id)
+            if len(whole) > received[0]:
+                take(whole[received[0]:])
         if pending[0]:
             on_line(pending[0])
-        return self._wait(job_id)
+        return status
 
     def _ended(self, job_id: str) -> bool:
         """Whether the job has ended; False also when the head does not answer now (`watch`

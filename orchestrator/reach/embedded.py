@@ -128,9 +128,10 @@ def _answers(address: str, secrets: SecretStore) -> bool:
     return token is not None and http.answers(address, token, "/api/jobs/")
 
 
-def _recorded() -> EmbeddedRay | None:
-    """What the record says, whether or not that Ray still runs; None for a damaged record
-    (`sound`): its pid and temp dir are what `stop` signals and removes."""
+def recorded() -> EmbeddedRay | None:
+    """What the record says, whether or not that Ray still runs, without the lock or a request
+    (`status` and the watchdog read it so too); None for a damaged record (`sound`): its pid
+    and temp dir are what `stop` signals and removes."""
     try:
         ray = EmbeddedRay(**json.loads(record_path().read_text()))
     except (OSError, ValueError, TypeError):
@@ -150,8 +151,8 @@ def _read_record(secrets: SecretStore, *, strangers: bool = False) -> EmbeddedRa
     """The recorded Ray if it runs and answers with our token. JobError if it runs but its
     address is held by a process outside its group (no token is sent there), unless
     `strangers` (stopping it needs no request)."""
-    ray = _recorded()
-    if not ray or not alive(ray.pid) or not names_in_command_line(ray.pid, ray.temp_dir):
+    ray = recorded()
+    if not ray or not running(ray):
         return None
     listeners.vouch(ray.address, ray.pid)
     try:
@@ -167,7 +168,8 @@ def _read_record(secrets: SecretStore, *, strangers: bool = False) -> EmbeddedRa
 
 
 def _write_record(ray: EmbeddedRay | None, secrets: SecretStore) -> None:
-    path = _folder() / "record.json"
+    _folder()   # made if missing
+    path = record_path()
     if ray is None:
         path.unlink(missing_ok=True)
         secrets.remove(TOKEN_KEY)
@@ -282,7 +284,7 @@ def stop(ray: EmbeddedRay, timeout: float = 30.0) -> None:
         raise JobError(f"the embedded Ray's record is damaged (pid {ray.pid!r}, temp dir "
                        f"{ray.temp_dir!r}); nothing was stopped",
                        hint="stop its processes by hand, then remove "
-                            f"{_folder() / 'record.json'}")
+                            f"{record_path()}")
     if names_in_command_line(ray.pid, ray.temp_dir):
         stop_group(ray.pid, timeout=timeout)
     idle.end(ray.watchdog, ray.pid)   # not us: is_watchdog refuses this process
@@ -305,6 +307,11 @@ def running(ray: EmbeddedRay) -> bool:
     return alive(ray.pid) and names_in_command_line(ray.pid, ray.temp_dir)
 
 
+def _user_entry() -> Path:
+    """A new `users/` entry's path, one per session: this process's pid first (`live_users`)."""
+    return _folder() / "users" / f"{os.getpid()}-{os.urandom(4).hex()}"
+
+
 def live_users(*, prune: bool = True) -> list[Path]:
     """The `users/` entries of sessions that still run; `prune` (under the lock): remove the
     others."""
@@ -321,7 +328,7 @@ def live_users(*, prune: bool = True) -> list[Path]:
 def running_at(address: str) -> bool:
     """Whether the embedded Ray recorded at `address` still runs: cheap (no lock, no request),
     for a caller that holds its Endpoint and checks often."""
-    ray = _recorded()
+    ray = recorded()
     return ray is not None and ray.address == address and alive(ray.pid)
 
 
@@ -331,11 +338,6 @@ def current(secrets: SecretStore) -> EmbeddedRay | None:
         return _read_record(secrets)
 
 
-def recorded() -> EmbeddedRay | None:
-    """The record as it is, without the lock or a request (`status`, the watchdog)."""
-    return _recorded()
-
-
 ANSWER_PATIENCE = 10.0   # a loaded machine's dashboard may be slow: not a reason to kill it
 
 
@@ -343,7 +345,7 @@ def _recover(secrets: SecretStore, progress: Progress) -> EmbeddedRay | None:
     """Under the lock, when the recorded Ray does not answer: the record's Ray if it answers
     after all (a loaded machine's dashboard may be slow); else what is left of it (dead, or
     deaf to our token) is stopped and its record removed, and None (start another)."""
-    ray = _recorded()
+    ray = recorded()
     if ray is None:
         return None
     if running(ray) and until(lambda: _answers(ray.address, secrets), timeout=ANSWER_PATIENCE,
@@ -372,7 +374,7 @@ def session(secrets: SecretStore, num_cpus: int | None = None, keep: bool = Fals
     Yields (EmbeddedRay, started). On exit, with an idle limit (`reach.idle`), it stays up for
     its watchdog to stop; without, the last user stops it, unless someone asked to keep it."""
     limit = idle.limit()
-    me = _folder() / "users" / f"{os.getpid()}-{os.urandom(4).hex()}"  # one per session
+    me = _user_entry()
     with _locked():
         ray = _read_record(secrets) or _recover(secrets, progress)
         started = ray is None
@@ -391,7 +393,7 @@ def session(secrets: SecretStore, num_cpus: int | None = None, keep: bool = Fals
 def _leave(me: Path, ray: EmbeddedRay, secrets: SecretStore, limit: float) -> None:
     with _locked():
         me.unlink(missing_ok=True)
-        now = _recorded()   # keep: a detached job may have asked since
+        now = recorded()   # keep: a detached job may have asked since
         if now is None or now.pid != ray.pid:
             return   # stopped by hand, or replaced: not ours to stop
         if limit <= 0 and not now.keep and not live_users():
@@ -407,7 +409,7 @@ def user(secrets: SecretStore) -> Iterator[None]:
     watchdog does not stop it meanwhile. Without an idle limit, nothing (the last run still
     stops it, as before)."""
     limit = idle.limit()
-    me = _folder() / "users" / f"{os.getpid()}-{os.urandom(4).hex()}"
+    me = _user_entry()
     with _locked():
         ray = _read_record(secrets) if limit > 0 else None
         if ray is not None:
@@ -432,7 +434,7 @@ def keep_running(secrets: SecretStore) -> None:
 def shutdown(secrets: SecretStore) -> bool:
     """Stop the embedded Ray whoever started it, its watchdog too; False if none was up."""
     with _locked():
-        ray = _read_record(secrets, strangers=True) or _recorded()   # or what is left of it
+        ray = _read_record(secrets, strangers=True) or recorded()   # or what is left of it
         if ray is None:
             return False
         was_running = running(ray)
@@ -445,7 +447,7 @@ def mark_used(pid: int, secrets: SecretStore) -> bool:
     """For the watchdog of the Ray `pid`: its idle time counts from now. False if the record
     no longer names that Ray."""
     with _locked():
-        ray = _recorded()
+        ray = recorded()
         if ray is None or ray.pid != pid:
             return False
         _write_record(replace(ray, last_used=time.time()), secrets)
@@ -457,7 +459,7 @@ def stop_if(pid: int, still: Callable[[EmbeddedRay], bool], secrets: SecretStore
     token) if `still(record)` holds. True when the watchdog's work is done: stopped, or the
     record no longer names that Ray."""
     with _locked():
-        ray = _recorded()
+        ray = recorded()
         if ray is None or ray.pid != pid:
             return True
         if not still(ray):

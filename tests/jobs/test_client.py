@@ -145,6 +145,7 @@ def _following(monkeypatch, stream: _Stream, ended_after: int) -> tuple[list[str
     client = JobsClient.__new__(JobsClient)
     client.endpoint = Endpoint("http://127.0.0.1:1", None, "the embedded Ray")
     client._client = stream
+    client._ended_info, client._ended_logs = {}, {}
     asked = []
     monkeypatch.setattr(client, "_ended", lambda job_id: asked.append(job_id) or
                         len(asked) > ended_after)
@@ -167,3 +168,35 @@ def test_follow_reads_nothing_twice_when_the_stream_ends_first(monkeypatch):
     stream = _Stream(["a\nb\n", "c"], "a\nb\nc", ends=True)
     lines, _ = _following(monkeypatch, stream, ended_after=10**6)
     assert lines == ["a", "b", "c"] and stream.read_whole == 0
+
+
+def test_an_ended_jobs_info_and_log_are_asked_once(monkeypatch):
+    """After `follow`, `results` asks the same job's info and log again: an ended job's do not
+    change, so they come from what was read (a long log is not fetched twice)."""
+    from types import SimpleNamespace
+
+    asked = {"info": 0, "logs": 0}
+
+    class Ray:
+        status = "RUNNING"
+
+        def get_job_info(self, job_id):
+            asked["info"] += 1
+            return SimpleNamespace(status=self.status, start_time=1)
+
+        def get_job_logs(self, job_id):
+            asked["logs"] += 1
+            return "the log\n"
+
+    ray = Ray()
+    client = JobsClient.__new__(JobsClient)
+    client.endpoint = Endpoint("http://127.0.0.1:1", None, "the embedded Ray")
+    client._client = ray
+    client._ended_info, client._ended_logs = {}, {}
+    assert client.status("j") == "RUNNING" and client.logs("j") == "the log\n"
+    assert client.status("j") == "RUNNING" and client.logs("j") == "the log\n"
+    assert asked == {"info": 2, "logs": 2}   # a running job: asked each time
+    ray.status = "SUCCEEDED"
+    for _ in range(3):
+        assert client.status("j") == "SUCCEEDED" and client.logs("j") == "the log\n"
+    assert asked == {"info": 3, "logs": 3}
