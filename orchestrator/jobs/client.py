@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from ..errors import JobError, MissingDependency
 from ..reach.endpoint import Endpoint
 from ..util import listeners
+from ..util.uris import is_uri
 from ..util.waiting import poll
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -22,6 +23,9 @@ NO_AGENT = "No available agent to submit job"   # Ray's 500 while its job agent 
 # in CI on the embedded Ray); a refused connection is not this, and is not tried again.
 DROPPED = "Connection aborted"
 AGENT_WAIT = 60.0
+RETRY_PAUSE = 1.0
+UPLOAD_TRIES = 3
+ATTEMPT_KEY = "orchestrate_attempt"   # the job's metadata: which submit call started it
 NOT_OURS = ("another program holds that port (or the forward closed): run the command again; "
             "if it keeps happening, see who listens there (`ss -ltnp`)")
 END_POLL = 0.5        # seconds between asking a followed job's status
@@ -53,25 +57,78 @@ class JobsClient:
                            hint=_hint(exc)) from exc
 
     def submit(self, *, entrypoint: str, runtime_env: dict[str, Any], submission_id: str,
-               metadata: dict[str, str] | None = None) -> bool:
-        """Submit; False (and nothing started) when a job with this id already exists. A Ray
-        whose job agent has not registered yet (just started) says "No available agent to
-        submit job, please try again later", or drops the connection unanswered: tried again
-        for up to AGENT_WAIT seconds (the same submission id: never a second job)."""
+               metadata: dict[str, str] | None = None,
+               entrypoint_resources: dict[str, float] | None = None) -> bool:
+        """Submit; False (and nothing started) when a job with this id already exists.
+
+        A refusal that says nothing about the job (`transient`: a Ray whose job agent has not
+        registered yet, a connection dropped unanswered, a 5xx, a timeout; several submissions
+        racing to upload the same working_dir) is tried again for up to AGENT_WAIT seconds
+        with the same submission id: never a second job. When a retry finds the id taken, the
+        job is ours if it carries this call's mark (its first attempt got through unanswered)."""
+        import secrets
+
+        mark = secrets.token_hex(8)
+        metadata = {**(metadata or {}), ATTEMPT_KEY: mark}
         deadline = time.monotonic() + AGENT_WAIT
+        retried = False
+        runtime_env = self._call(self._uploaded, runtime_env)
         while True:
             try:
                 self._client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env,
-                                        submission_id=submission_id, metadata=metadata or {})
+                                        submission_id=submission_id, metadata=dict(metadata),
+                                        entrypoint_resources=entrypoint_resources or None)
             except Exception as exc:  # noqa: BLE001
                 if "already exists" in str(exc):
-                    return False
-                starting = NO_AGENT in str(exc) or DROPPED in str(exc)
-                if starting and time.monotonic() < deadline:
-                    time.sleep(1)
+                    return retried and self._marked(submission_id, mark)
+                if transient(exc) and time.monotonic() < deadline:
+                    retried = True
+                    time.sleep(RETRY_PAUSE)
                     continue
                 self._call(_raise, exc)
             return True
+
+    def _uploaded(self, runtime_env: dict[str, Any]) -> dict[str, Any]:
+        """The runtime_env with its working_dir uploaded, as the gcs:// URI of a package that
+        exists. Ray's client hashes the folder, then hashes it again to upload it: when a file
+        changes in between (another run's output written there), the job names a package that
+        was never uploaded and fails to start. So: upload, then check that the package the job
+        names is there (the check also pins it in Ray for its temporary-reference time), and
+        upload again if not."""
+        import copy
+
+        if not runtime_env.get("working_dir") or is_uri(str(runtime_env["working_dir"])):
+            return runtime_env
+        for _ in range(UPLOAD_TRIES):
+            uploaded = copy.deepcopy(runtime_env)
+            self._client._upload_working_dir_if_needed(uploaded)
+            uri = str(uploaded.get("working_dir") or "")
+            if not uri.startswith("gcs://") or self._client._package_exists(uri):
+                return uploaded
+        raise JobError(f"the working_dir {runtime_env['working_dir']} kept changing while it was "
+                       f"uploaded ({UPLOAD_TRIES} tries)",
+                       hint="something writes into it as it ships: leave those files out "
+                            "(runtime_env.excludes, .rayignore), or write them elsewhere")
+
+    def _marked(self, job_id: str, mark: str) -> bool:
+        """Whether the job `job_id` is the one a submission marked `mark` started."""
+        try:
+            found = self.info(job_id)
+        except JobError:
+            return False
+        return (getattr(found, "metadata", None) or {}).get(ATTEMPT_KEY) == mark
+
+    def cluster_status(self) -> dict[str, Any] | None:
+        """Ray's `/api/cluster_status` (its resources: totals, use, what waits for them);
+        None if the head does not say."""
+        from ..util.http import HttpError, get_json
+
+        try:
+            found = get_json(self.endpoint.address, "/api/cluster_status", self.endpoint.token,
+                             timeout=PROBE_EVERY * 2)
+        except HttpError:
+            return None
+        return found if isinstance(found, dict) else None
 
     def _on_job(self, function: Callable[[str], T], job_id: str) -> T:
         """`function(job_id)`; a job the Ray does not know (its 404, "Job X does not exist")
@@ -263,6 +320,19 @@ def submission_client(address: str, headers: dict[str, str] | None) -> Any:
                 yield chunk
 
     return Direct(address, headers=headers)
+
+
+def transient(exc: Exception) -> bool:
+    """A refusal worth trying again with the same submission id: it says nothing about the job
+    (its agent not registered yet, a dropped or timed-out connection, a server error). A
+    refused connection is not one (no Ray there), nor a 4xx (the request itself is wrong)."""
+    text = str(exc)
+    if NO_AGENT in text or DROPPED in text:
+        return True
+    if any(f"status code {code}" in text for code in (500, 502, 503, 504)):
+        return True
+    return any(word in text for word in ("Read timed out", "RemoteDisconnected",
+                                         "Connection reset", "ReadTimeout"))
 
 
 def _raise(exc: Exception) -> None:

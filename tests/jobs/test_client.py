@@ -200,3 +200,128 @@ def test_an_ended_jobs_info_and_log_are_asked_once(monkeypatch):
     for _ in range(3):
         assert client.status("j") == "SUCCEEDED" and client.logs("j") == "the log\n"
     assert asked == {"info": 3, "logs": 3}
+
+
+class _JobApi:
+    """A loopback HTTP server answering as Ray's job API does (version, packages, submit, job
+    info): Ray's own JobSubmissionClient talks to it over real HTTP. `on_post(count, body)`
+    may answer a submission itself (return True) instead of accepting it."""
+
+    def __init__(self, on_post=None):
+        import http.server
+        import json
+        import threading
+
+        self.posts: list[dict] = []
+        self.jobs: dict[str, dict] = {}
+        self.packages: set[str] = set()
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def send(self, status: int, body: str, kind: str = "application/json") -> None:
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                import ray
+
+                if self.path.startswith("/api/packages/"):
+                    name = self.path.rsplit("/", 1)[1]
+                    self.send(200 if name in api.packages else 404, "")
+                elif self.path.startswith("/api/jobs/") and self.path.count("/") == 3:
+                    job = api.jobs.get(self.path.rsplit("/", 1)[1])
+                    self.send(200 if job else 404, json.dumps(job or {}))
+                else:
+                    self.send(200, json.dumps({"version": "4", "ray_version": ray.__version__,
+                                               "ray_commit": ray.__commit__}))
+
+            def do_PUT(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                api.packages.add(self.path.rsplit("/", 1)[1])
+                self.send(200, "")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                api.posts.append(body)
+                job_id = body["submission_id"]
+                if job_id in api.jobs:
+                    self.send(400, f"Job with submission_id {job_id} already exists. Please "
+                                   f"use a different submission_id.", "text/plain")
+                    return
+                api.jobs[job_id] = {"type": "SUBMISSION", "job_id": None, "submission_id": job_id,
+                                    "status": "PENDING", "entrypoint": body["entrypoint"],
+                                    "metadata": body.get("metadata") or {},
+                                    "runtime_env": body.get("runtime_env") or {}}
+                if on_post is not None and on_post(self, len(api.posts)):
+                    return
+                self.send(200, json.dumps({"job_id": job_id, "submission_id": job_id}))
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> JobsClient:
+        self.thread.start()
+        return JobsClient(Endpoint(f"http://127.0.0.1:{self.server.server_port}", None, "local"))
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+def test_a_submission_whose_answer_was_lost_is_found_as_ours_not_as_a_duplicate():
+    """The first POST creates the job, then the connection drops before the answer: the retry
+    (same submission id) hears "already exists", and the job's mark says it is this call's."""
+    def drop_first(handler, count):
+        if count == 1:
+            handler.close_connection = True   # the job exists; its answer never comes
+            return True
+        return False
+
+    api = _JobApi(drop_first)
+    with api as client:
+        assert client.submit(entrypoint="true", runtime_env={}, submission_id="s-1") is True
+        # the same experiment submitted again later: it exists, and it is not this call's
+        assert client.submit(entrypoint="true", runtime_env={}, submission_id="s-1") is False
+    assert [post["submission_id"] for post in api.posts] == ["s-1"] * 3
+    assert len(api.jobs) == 1
+
+
+def test_a_working_dir_that_changes_while_it_ships_still_names_an_uploaded_package(
+        tmp_path, monkeypatch):
+    """Ray's client hashes the working_dir twice (for the job's runtime_env, then to upload
+    it): a file another run writes there in between made the job name a package that was never
+    uploaded (it failed to start: "Failed to download runtime_env file package"). The write is
+    made right after Ray's first hash, as another process's would land."""
+    from ray._private.runtime_env import packaging, working_dir
+
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "train.py").write_text("print('hi')\n")
+    real_hash = packaging.get_uri_for_directory
+    hashed: list[str] = []
+
+    def hash_then_another_run_writes(directory, *args, **kwargs):
+        uri = real_hash(directory, *args, **kwargs)
+        hashed.append(uri)
+        if len(hashed) == 1:
+            (folder / "other-run.log").write_text("a line another run wrote\n")
+        return uri
+
+    monkeypatch.setattr(packaging, "get_uri_for_directory", hash_then_another_run_writes)
+    monkeypatch.setattr(working_dir, "get_uri_for_directory", hash_then_another_run_writes)
+    api = _JobApi()
+    with api as client:
+        assert client.submit(entrypoint="true", runtime_env={"working_dir": str(folder)},
+                             submission_id="s-2") is True
+    named = api.jobs["s-2"]["runtime_env"]["working_dir"]
+    assert named.startswith("gcs://_ray_pkg_")
+    assert named.rsplit("/", 1)[1] in api.packages, (named, api.packages)
+    assert len(set(hashed)) == 2   # the race happened
