@@ -32,10 +32,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print_table([[r["experiment"], r["run"], r["status"], _when(r["started"]),
                   _duration(r["wall_time_s"]), _metrics(r["metrics"]), r["cluster"],
-                  r["storage"] or r["error"] or ""] for r in rows],
+                  r["storage"] or r["error"] or _waiting(r)] for r in rows],
                 ["EXPERIMENT", "RUN", "STATUS", "STARTED", "WALL", "FINAL METRICS", "CLUSTER",
                  "STORAGE"], max_cell=60)
     return 0
+
+
+def _waiting(row: dict[str, Any]) -> str:
+    """A queued run: what it waits for (`jobs.needs`)."""
+    return f"queued for {row['needs']}" if row["status"] == "PENDING" and row.get("needs") else ""
 
 
 def _when(seconds: float | None) -> str:

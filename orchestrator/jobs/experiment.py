@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import contract
 from ..contract import JobConfig
@@ -37,7 +37,11 @@ from ..util.text import hide, size_text
 from ..util.uris import is_uri
 from .client import JobsClient
 
+if TYPE_CHECKING:
+    from . import needs
+
 TAIL = 25  # log lines shown when a job fails
+CAPACITY_WAIT = 30.0   # seconds to wait for a Ray to say what resources it has
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class Submission:
     created: bool                 # False: the same job existed already; nothing was started
     plan: JobPlan[JobConfig]
     cluster: str | None           # the cluster's name; None: the embedded Ray
+    admission: needs.Admission | None = None   # its place in Ray's queue (None: not queued)
 
 
 @dataclass(frozen=True)
@@ -89,9 +94,12 @@ def target(spec: ExperimentSpec, state: State, *, keep: bool,
     record = None
     if spec.cluster is not None:
         record = recorded_cluster(state, name=spec.cluster.name, file=spec.cluster.path)
-    num_workers = int((spec.document.get("scaling_config") or {}).get("num_workers", 1))
-    with jobs_target(record, state, keep=keep, progress=progress,
-                     num_cpus=None if num_workers < 3 else num_workers + 2) as found:
+    size = None
+    if record is None:   # the embedded Ray: if it is started now, sized for the run
+        from . import needs
+
+        size = needs.embedded_cpus(needs.of(resolve_config(spec)))
+    with jobs_target(record, state, keep=keep, progress=progress, num_cpus=size) as found:
         yield found
 
 
@@ -119,11 +127,13 @@ def run(spec: ExperimentSpec, options: RunOptions, state: State, progress: Progr
         progress(hide(text, secrets))
 
     with target(spec, state, keep=options.detach, progress=progress) as (jobs, cluster):
-        submission = submit(plan, spec, jobs, state, cluster, options)
+        submission = submit(plan, spec, jobs, state, cluster, options, progress)
         submitted = time.monotonic() - started
         job_id = submission.job_id
         if submission.created:
             progress(f"submitted job {job_id} to {jobs.endpoint.label}")
+            if submission.admission is not None:
+                queued(jobs, job_id, submission.admission, progress)
             if on_submitted is not None:
                 on_submitted(submission, shipped)
         else:
@@ -209,17 +219,116 @@ def check_environment(spec: ExperimentSpec, shipped: workdir.WorkingDir | None =
 
 
 def submit(plan: JobPlan[JobConfig], spec: ExperimentSpec, jobs: JobsClient, state: State,
-           cluster: str | None, options: RunOptions) -> Submission:
+           cluster: str | None, options: RunOptions,
+           progress: Progress = lambda _: None) -> Submission:
+    """Submit the job once (an unchanged experiment finds its job), in Ray's queue for the
+    resources it needs (`jobs.needs`): SpecError, before anything starts, when the Ray can
+    never hold it."""
     from .secrets import shipped
 
     job_id = plan.submission_id + (f"-{int(time.time() * 1000):x}" if options.force else "")
-    with shipped(plan.runtime_env, plan.secrets, os.environ) as runtime_env:
-        created = jobs.submit(entrypoint=plan.entrypoint, runtime_env=runtime_env,
-                              submission_id=job_id, metadata={"experiment": spec.name})
+    admission = admit(spec, plan.config, jobs, cluster, state, progress)
+    runtime_env = plan.runtime_env
+    metadata = {"experiment": spec.name}
+    if admission is not None:
+        runtime_env = {**runtime_env, "env_vars": {**runtime_env.get("env_vars", {}),
+                                                   **admission.env_vars}}
+        metadata.update(admission.metadata)
+    with shipped(runtime_env, plan.secrets, os.environ) as shipped_env:
+        created = jobs.submit(
+            entrypoint=plan.entrypoint, runtime_env=shipped_env, submission_id=job_id,
+            metadata=metadata,
+            entrypoint_resources=admission.entrypoint_resources if admission else None)
     if created:
         state.store.record_job(job_id, cluster=cluster, experiment=str(spec.path.resolve()),
                                name=plan.config["run_config"].get("name") or spec.name)
-    return Submission(job_id, created, plan, cluster)
+        if admission is not None:
+            state.store.update_job(job_id, {"needs": admission.asked})
+    return Submission(job_id, created, plan, cluster, admission)
+
+
+def admit(spec: ExperimentSpec, config: JobConfig, jobs: JobsClient, cluster: str | None,
+          state: State, progress: Progress) -> needs.Admission | None:
+    """The run's place in its Ray's queue (`jobs.needs`); SpecError naming the scaling section
+    when the Ray can never hold it (a cluster that may grow is left to Ray Train's own check
+    against its autoscaler's limits); None (not queued, said) when the Ray does not say what
+    it has."""
+    from . import needs
+
+    fixed, label = True, f"cluster {cluster}" if cluster else embedded.LABEL
+    if cluster is not None:
+        from .. import providers
+        from ..reach.target import recorded_cluster
+
+        fixed = providers.get(recorded_cluster(state, name=cluster).provider).FIXED_HOSTS
+    from ..util.waiting import poll
+
+    def known() -> needs.Capacity | None:   # a Ray just started reports its totals after ~2 s
+        status = jobs.cluster_status()
+        return needs.capacity_of(status, label, fixed=fixed) if status else None
+
+    capacity = poll(known, timeout=CAPACITY_WAIT, interval=0.5)
+    if capacity is None:
+        progress(f"note: {label} did not say what resources it has; this run is not queued "
+                 f"behind others")
+        return None
+    asked = needs.of(config)
+    admission = needs.admit(asked, capacity)
+    if admission.too_big and fixed:
+        raise SpecError([_scaling_problem(spec, needs.refusal(admission, capacity),
+                                          _too_big_hint(asked, admission, cluster))])
+    return admission
+
+
+def _too_big_hint(asked: needs.Needs, admission: needs.Admission, cluster: str | None) -> str:
+    from . import needs
+
+    lower = "lower scaling_config.num_workers or resources_per_worker"
+    if cluster is not None:
+        return f"{lower}, or add hosts to the cluster"
+    if admission.too_big != ["CPU"]:
+        return f"{lower}, or run it on a cluster that has them (`cluster:` in the experiment)"
+    size = needs.embedded_cpus(asked)
+    if size >= asked.one.get("CPU", 0):
+        return (f"the embedded Ray is up with fewer CPUs: stop it (`orchestrate stop "
+                f"--local-ray`) and the next run starts one with {size}")
+    return (f"{lower} (the embedded Ray has at most {size} CPUs on this machine), or run it on "
+            f"a cluster (`cluster:` in the experiment)")
+
+
+def _scaling_problem(spec: ExperimentSpec, message: str, hint: str) -> Problem:
+    section = spec.document.get("scaling_config")
+    path: tuple[str, ...] = ("scaling_config", "num_workers") if isinstance(section, dict) \
+        and "num_workers" in section else ("scaling_config",) if section else ()
+    if spec.source is not None:
+        return spec.source.problem(path, message, hint)
+    return Problem(str(spec.path), message, field=".".join(path), hint=hint)
+
+
+def queued(jobs: JobsClient, job_id: str, admission: needs.Admission,
+           progress: Progress) -> None:
+    """Say so when the job just submitted waits in the queue: what it waits for, and how many
+    runs hold the Ray or wait ahead of it."""
+    from . import needs
+
+    try:
+        if jobs.status(job_id) != "PENDING":
+            return
+        listed = jobs.list()
+    except JobError:
+        return
+    mine = next((j for j in listed if j.submission_id == job_id), None)
+    others = [j for j in listed if j.submission_id != job_id
+              and needs.SHARE_KEY in (j.metadata or {})]
+    running = [j for j in others if str(getattr(j.status, "value", j.status)) == "RUNNING"]
+    held = sum(float(j.metadata[needs.SHARE_KEY]) for j in running)
+    if held + admission.share <= needs.HEAD_SHARE + 1e-9:
+        return   # it fits: PENDING only while Ray sets up its environment
+    start = getattr(mine, "start_time", None) or 0
+    ahead = [j for j in others if str(getattr(j.status, "value", j.status)) == "PENDING"
+             and (j.start_time or 0) < start]
+    progress(f"queued: the run waits for {admission.asked}; {len(running)} run(s) hold "
+             f"{jobs.endpoint.label}'s resources now, {len(ahead)} wait ahead of it")
 
 
 def epoch_printer(quiet: bool, progress: Progress) -> Callable[[str], None]:

@@ -42,7 +42,7 @@ def _row(job: dict[str, Any], state: State) -> dict[str, Any]:
             "started": job.get("submitted_at"),
             "wall_time_s": job.get("wall_time_s") or summary.get("wall_time_s"),
             "metrics": summary.get("metrics") or {}, "storage": summary.get("run_path"),
-            "error": job.get("error")}
+            "error": job.get("error"), "needs": job.get("needs")}
 
 
 def _is_of(row: dict[str, Any], experiment: str) -> bool:

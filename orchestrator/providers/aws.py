@@ -41,6 +41,7 @@ LEGACY_KEYS = cloud.LEGACY_KEYS
 LAUNCH = cloud.LAUNCH
 RAY_REPLACES = cloud.RAY_REPLACES
 SCALING_FIELDS = cloud.SCALING_FIELDS
+FIXED_HOSTS = cloud.FIXED_HOSTS
 DEFAULT_START = cloud.DEFAULT_START
 dashboard_host = cloud.dashboard_host
 tls_names = cloud.tls_names

@@ -101,6 +101,11 @@ class Provider(Protocol):
         besides worker counts and autoscaling settings, which every provider has."""
 
     @property
+    def FIXED_HOSTS(self) -> bool:
+        """The cluster has all the hosts it will ever have (on-prem: the listed hosts); False
+        where an autoscaler may add nodes (a run bigger than the nodes up now may still fit)."""
+
+    @property
     def LEGACY_KEYS(self) -> tuple[str, ...]:
         """Removed top-level keys Ray still reads for this provider (`problems` checks them)."""
 

@@ -13,6 +13,7 @@ from .base import WARN, CheckResult, ClusterView, Config, FieldPath
 LEGACY_KEYS: tuple[str, ...] = ()
 RAY_REPLACES: tuple[str, ...] = ()
 SCALING_FIELDS: tuple[str, ...] = ()
+FIXED_HOSTS = False   # an autoscaler adds nodes up to the node types' max_workers
 
 # Ray's defaults (ray/autoscaler/{aws,gcp,azure}/defaults.yaml).
 DEFAULT_START: tuple[tuple[str, ...], tuple[str, ...]] = (

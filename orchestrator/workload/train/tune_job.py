@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any, cast
 
-from ...contract import DOMAINS, LIST_DOMAINS, JobConfig, TuneSection, trial_line
+from ...contract import DOMAINS, LIST_DOMAINS, TRIALS_ENV, JobConfig, TuneSection, trial_line
 from ...util.text import differing, flatten
 from .. import results, storage, tracking, trainers
 from ..configs import best_from_history, checkpoint_section, config_with_run, run_config, run_name
@@ -45,7 +45,15 @@ def _defaults(config: JobConfig) -> dict[str, str]:
 
 
 def _concurrency(config: JobConfig) -> int:
+    """Trials at once: as many as the run reserved in Ray's queue (`jobs.needs`), else as fit
+    in the Ray's CPUs."""
+    import os
+
     import ray
+
+    reserved = os.environ.get(TRIALS_ENV, "")
+    if reserved.isdigit() and int(reserved) > 0:
+        return int(reserved)
 
     scaling = config["scaling_config"]
     per_worker = (scaling.get("resources_per_worker") or {}).get("CPU", 1)

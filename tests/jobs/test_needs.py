@@ -1,0 +1,93 @@
+"""What a run asks of its Ray and its share of Ray's job queue (`jobs.needs`): pure, no Ray."""
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.jobs import needs
+
+
+def config(scaling: dict, tune: dict | None = None) -> dict:
+    found: dict = {"scaling_config": {"num_workers": 1, "use_gpu": False,
+                                      "resources_per_worker": None, **scaling}}
+    if tune is not None:
+        found["tune"] = tune
+    return found
+
+
+def capacity(**total: float) -> needs.Capacity:
+    return needs.Capacity(dict(total), "the embedded Ray")
+
+
+def test_a_run_reserves_its_workers_and_one_cpu_for_ray_data():
+    asked = needs.of(config({"num_workers": 2}))
+    assert asked.one == {"CPU": 3.0}
+    assert asked.text() == "3 CPUs (2 workers x 1 CPU + 1 CPU for Ray Data)"
+
+
+def test_gpu_workers_and_given_resources_are_read_as_ray_train_reads_them():
+    assert needs.of(config({"num_workers": 4, "use_gpu": True})).one == {"GPU": 4.0, "CPU": 1.0}
+    given = needs.of(config({"num_workers": 3, "resources_per_worker": {"CPU": 2, "GPU": 0}}))
+    assert given.one == {"CPU": 7.0}
+
+
+def test_runs_that_fit_together_share_the_head_and_one_more_does_not():
+    one = needs.admit(needs.of(config({})), capacity(CPU=4.0))
+    assert not one.too_big
+    assert 2 * one.share <= needs.HEAD_SHARE < 3 * one.share
+    assert one.entrypoint_resources == {needs.HEAD: one.share}
+    assert one.metadata[needs.NEEDS_KEY] == "2 CPUs (1 worker x 1 CPU + 1 CPU for Ray Data)"
+
+
+def test_exact_fits_are_not_lost_to_rounding():
+    third = needs.admit(needs.of(config({"num_workers": 1})), capacity(CPU=6.0))
+    assert 3 * third.share <= needs.HEAD_SHARE
+
+
+def test_a_run_bigger_than_the_ray_is_named_with_what_it_asks():
+    big = needs.admit(needs.of(config({"num_workers": 64})), capacity(CPU=4.0))
+    assert big.too_big == ["CPU"]
+    assert big.share <= needs.HEAD_SHARE
+    text = needs.refusal(big, capacity(CPU=4.0, memory=1e9, **{"node:1.2.3.4": 1.0}))
+    assert text == ("the run asks for 65 CPUs (64 workers x 1 CPU + 1 CPU for Ray Data), but "
+                    "the embedded Ray has 4 CPUs in all")
+
+
+def test_gpus_on_a_ray_without_any_are_too_big():
+    assert needs.admit(needs.of(config({"use_gpu": True})), capacity(CPU=4.0)).too_big == ["GPU"]
+
+
+@pytest.mark.parametrize("space, samples, count", [
+    ({"train_loop_config": {"lr": {"grid_search": [1, 2, 3]}}}, 1, 3),
+    ({"a": {"grid_search": [1, 2]}, "b": {"grid_search": [1, 2, 3]}}, 2, 12),
+    ({"params": {"max_depth": {"randint": [1, 9]}}}, 4, 4),
+    ({}, -1, None),
+])
+def test_a_sweeps_trials_are_counted(space, samples, count):
+    assert needs.count_trials(space, samples) == count
+
+
+def test_a_sweep_reserves_the_trials_it_runs_at_once():
+    sweep = needs.of(config({"num_workers": 1}, {"param_space": {"lr": {"grid_search": [1, 2, 3]}},
+                                                 "tune_config": {"num_samples": 1}}))
+    admitted = needs.admit(sweep, capacity(CPU=4.0))
+    assert admitted.at_once == 2 and admitted.env_vars == {"ORCHESTRATE_TRIALS_AT_ONCE": "2"}
+    assert admitted.asked.startswith("4 CPUs (2 trials at once, each 1 worker")
+    capped = needs.of(config({}, {"param_space": {"lr": {"grid_search": [1, 2, 3]}},
+                                  "tune_config": {"max_concurrent_trials": 1}}))
+    assert needs.admit(capped, capacity(CPU=8.0)).at_once == 1
+
+
+def test_the_embedded_ray_is_sized_for_the_run_up_to_a_limit():
+    assert needs.embedded_cpus(needs.of(config({"num_workers": 2})), cores=2) == 4
+    assert needs.embedded_cpus(needs.of(config({"num_workers": 5})), cores=2) == 6
+    assert needs.embedded_cpus(needs.of(config({"num_workers": 64})), cores=2) == 8
+
+
+def test_capacity_is_read_from_rays_cluster_status():
+    # the shape of Ray 2.60's /api/cluster_status answer (trimmed from a real one)
+    status = {"result": True, "data": {"clusterStatus": {"loadMetricsReport": {"usage": {
+        "CPU": [1.0, 4.0], "memory": [0.0, 17318676480.0], "node:InternalHead": [0.45, 1.0],
+        "objectStoreMemory": [0.0, 7422289920.0]}}}}}
+    found = needs.capacity_of(status, "the embedded Ray", fixed=True)
+    assert found is not None and found.total["CPU"] == 4.0 and found.text() == "4 CPUs"
+    assert needs.capacity_of({"data": {"clusterStatus": {}}}, "x", fixed=True) is None

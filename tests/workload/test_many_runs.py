@@ -1,0 +1,92 @@
+"""Many runs at once on one embedded Ray (issue 31): Ray's job queue admits as many as fit, the
+rest wait their turn (PENDING) instead of all starting and starving each other's Ray Data
+tasks; a run that can never fit fails before anything is submitted. On the shared Ray (4 CPUs):
+a 1-worker run reserves 2 CPUs (its worker and one for Ray Data), so two run at once."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from orchestrator.jobs import needs
+from orchestrator.jobs.client import TERMINAL, JobsClient
+from orchestrator.state import State
+
+from .conftest import MLP, TABLE, cli
+
+pytestmark = pytest.mark.ray
+
+RUNS = 10
+
+
+def small_run(index: int) -> dict:
+    return {"trainer": "torch", "model": MLP, "datasets": TABLE, "label_column": "target",
+            "preprocessors": [{"type": "StandardScaler"}],
+            "train_loop_config": {"lr": 0.01 + index / 1000, "epochs": 1,
+                                  "batch_size_per_worker": 64},
+            "scaling_config": {"num_workers": 1}}
+
+
+def test_ten_runs_at_once_all_finish_no_more_running_together_than_fit(local_ray, experiment):
+    paths = [experiment(f"many-{i}", **small_run(i)) for i in range(RUNS)]
+    started = [subprocess.Popen([sys.executable, "-m", "orchestrator", "run", "--detach",
+                                 "--format", "json", str(path)], env=dict(os.environ),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for path in paths]
+    said = [process.communicate(timeout=300) for process in started]
+    assert [p.returncode for p in started] == [0] * RUNS, [err for _, err in said]
+    ids = [json.loads(out)["job_id"] for out, _ in said]
+    assert len(set(ids)) == RUNS
+    # a run submitted while two hold the Ray says it waits, and for what
+    assert any("queued: the run waits for 2 CPUs (1 worker x 1 CPU + 1 CPU for Ray Data)" in err
+               for _, err in said), [err for _, err in said]
+
+    jobs = JobsClient(local_ray.endpoint(State.here().secrets))
+    cpus = jobs.cluster_status()["data"]["clusterStatus"]["loadMetricsReport"]["usage"]["CPU"][1]
+    fit = int(cpus // 2)
+    most = 0
+    waited = False
+    seen_waiting_in_runs = False
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        status = {job.submission_id: str(getattr(job.status, "value", job.status))
+                  for job in jobs.list() if job.submission_id in ids}
+        running = sum(1 for s in status.values() if s == "RUNNING")
+        most = max(most, running)
+        waited = waited or (running == fit and "PENDING" in status.values())
+        if not seen_waiting_in_runs and "PENDING" in status.values():
+            code, out, err = cli("runs", "--format", "json")
+            assert code == 0, err
+            seen_waiting_in_runs = any(row["status"] == "PENDING" and row["needs"].startswith(
+                "2 CPUs") for row in json.loads(out))
+        if all(s in TERMINAL for s in status.values()) and len(status) == RUNS:
+            break
+        time.sleep(0.5)
+    assert status == {job_id: "SUCCEEDED" for job_id in ids}, {
+        job_id: jobs.logs(job_id)[-2000:] for job_id, s in status.items() if s != "SUCCEEDED"}
+    assert 1 <= most <= fit, most
+    assert waited and seen_waiting_in_runs
+    for job in jobs.list():
+        if job.submission_id in ids:
+            assert float(job.metadata[needs.SHARE_KEY]) * fit <= needs.HEAD_SHARE
+
+
+def test_a_run_that_can_never_fit_fails_at_once_naming_what_it_asks_and_what_exists(
+        local_ray, experiment):
+    path = experiment("too-big", **{**small_run(0), "scaling_config": {"num_workers": 64}})
+    before = {job.submission_id for job in JobsClient(local_ray.endpoint(
+        State.here().secrets)).list()}
+    code, out, err = cli("run", str(path))
+    assert code == 1 and "Traceback" not in err
+    line = next(line for line in err.splitlines() if line.startswith("ERROR"))
+    assert f"{path}:" in line and "scaling_config.num_workers" in line, err
+    assert "the run asks for 65 CPUs (64 workers x 1 CPU + 1 CPU for Ray Data), but the " \
+           "embedded Ray has 4 CPUs in all" in err, err
+    assert "lower scaling_config.num_workers" in err
+    after = {job.submission_id for job in JobsClient(local_ray.endpoint(
+        State.here().secrets)).list()}
+    assert after == before   # nothing was submitted
