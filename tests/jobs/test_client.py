@@ -11,6 +11,83 @@ from orchestrator.jobs.client import JobsClient
 from orchestrator.reach.endpoint import Endpoint
 
 
+class _JobApi:
+    """A loopback HTTP server answering as Ray's job API does (version, packages, submit, job
+    info): Ray's own JobSubmissionClient talks to it over real HTTP. `before(handler, count)`
+    may answer the count-th submission itself, creating no job (return True); `after`, the
+    same once the job exists."""
+
+    def __init__(self, before=None, after=None):
+        import http.server
+        import json
+        import threading
+
+        self.posts: list[dict] = []
+        self.jobs: dict[str, dict] = {}
+        self.packages: set[str] = set()
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def send(self, status: int, body: str, kind: str = "application/json") -> None:
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                import ray
+
+                if self.path.startswith("/api/packages/"):
+                    name = self.path.rsplit("/", 1)[1]
+                    self.send(200 if name in api.packages else 404, "")
+                elif self.path.startswith("/api/jobs/") and self.path.count("/") == 3:
+                    job = api.jobs.get(self.path.rsplit("/", 1)[1])
+                    self.send(200 if job else 404, json.dumps(job or {}))
+                else:
+                    self.send(200, json.dumps({"version": "4", "ray_version": ray.__version__,
+                                               "ray_commit": ray.__commit__}))
+
+            def do_PUT(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                api.packages.add(self.path.rsplit("/", 1)[1])
+                self.send(200, "")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                api.posts.append(body)
+                if before is not None and before(self, len(api.posts)):
+                    return
+                job_id = body["submission_id"]
+                if job_id in api.jobs:
+                    self.send(400, f"Job with submission_id {job_id} already exists. Please "
+                                   f"use a different submission_id.", "text/plain")
+                    return
+                api.jobs[job_id] = {"type": "SUBMISSION", "job_id": None, "submission_id": job_id,
+                                    "status": "PENDING", "entrypoint": body["entrypoint"],
+                                    "metadata": body.get("metadata") or {},
+                                    "runtime_env": body.get("runtime_env") or {}}
+                if after is not None and after(self, len(api.posts)):
+                    return
+                self.send(200, json.dumps({"job_id": job_id, "submission_id": job_id}))
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> JobsClient:
+        self.thread.start()
+        return JobsClient(Endpoint(f"http://127.0.0.1:{self.server.server_port}", None, "local"))
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
 def test_unreachable_address_is_a_job_error():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -39,52 +116,20 @@ def test_submit_waits_for_a_job_agent_that_is_still_starting(starting):
     """A loopback HTTP server answers as Ray's dashboard does while its job agent starts (HTTP
     500 "No available agent to submit job, please try again later", or a connection closed
     without an answer) twice, then accepts."""
-    import http.server
-    import json
-    import threading
+    def not_yet(handler, count):
+        if count > 2:
+            return False
+        if starting == "dropped":
+            handler.close_connection = True   # no answer at all
+        else:
+            handler.send(500, "No available agent to submit job, please try again later.",
+                         "text/plain")
+        return True
 
-    posts: list[str] = []
-
-    class Dashboard(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):  # quiet
-            pass
-
-        def _send(self, status: int, body: str, kind: str = "application/json") -> None:
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            import ray
-
-            self._send(200, json.dumps({"version": "4", "ray_version": ray.__version__,
-                                        "ray_commit": ray.__commit__}))
-
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            posts.append(json.loads(body)["submission_id"])
-            if len(posts) <= 2 and starting == "dropped":
-                self.close_connection = True   # no answer at all
-            elif len(posts) <= 2:
-                self._send(500, "No available agent to submit job, please try again later.",
-                           "text/plain")
-            else:
-                self._send(200, json.dumps({"job_id": "j", "submission_id": posts[-1]}))
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Dashboard)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        client = JobsClient(Endpoint(f"http://127.0.0.1:{server.server_port}", None, "local"))
+    api = _JobApi(before=not_yet)
+    with api as client:
         assert client.submit(entrypoint="true", runtime_env={}, submission_id="s-1") is True
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-    assert posts == ["s-1", "s-1", "s-1"]
+    assert [post["submission_id"] for post in api.posts] == ["s-1", "s-1", "s-1"]
 
 
 def test_a_squatter_gets_no_token_and_the_command_says_so(tmp_path):
@@ -202,80 +247,6 @@ def test_an_ended_jobs_info_and_log_are_asked_once(monkeypatch):
     assert asked == {"info": 3, "logs": 3}
 
 
-class _JobApi:
-    """A loopback HTTP server answering as Ray's job API does (version, packages, submit, job
-    info): Ray's own JobSubmissionClient talks to it over real HTTP. `on_post(count, body)`
-    may answer a submission itself (return True) instead of accepting it."""
-
-    def __init__(self, on_post=None):
-        import http.server
-        import json
-        import threading
-
-        self.posts: list[dict] = []
-        self.jobs: dict[str, dict] = {}
-        self.packages: set[str] = set()
-        api = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
-
-            def send(self, status: int, body: str, kind: str = "application/json") -> None:
-                data = body.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                import ray
-
-                if self.path.startswith("/api/packages/"):
-                    name = self.path.rsplit("/", 1)[1]
-                    self.send(200 if name in api.packages else 404, "")
-                elif self.path.startswith("/api/jobs/") and self.path.count("/") == 3:
-                    job = api.jobs.get(self.path.rsplit("/", 1)[1])
-                    self.send(200 if job else 404, json.dumps(job or {}))
-                else:
-                    self.send(200, json.dumps({"version": "4", "ray_version": ray.__version__,
-                                               "ray_commit": ray.__commit__}))
-
-            def do_PUT(self):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                api.packages.add(self.path.rsplit("/", 1)[1])
-                self.send(200, "")
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                api.posts.append(body)
-                job_id = body["submission_id"]
-                if job_id in api.jobs:
-                    self.send(400, f"Job with submission_id {job_id} already exists. Please "
-                                   f"use a different submission_id.", "text/plain")
-                    return
-                api.jobs[job_id] = {"type": "SUBMISSION", "job_id": None, "submission_id": job_id,
-                                    "status": "PENDING", "entrypoint": body["entrypoint"],
-                                    "metadata": body.get("metadata") or {},
-                                    "runtime_env": body.get("runtime_env") or {}}
-                if on_post is not None and on_post(self, len(api.posts)):
-                    return
-                self.send(200, json.dumps({"job_id": job_id, "submission_id": job_id}))
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> JobsClient:
-        self.thread.start()
-        return JobsClient(Endpoint(f"http://127.0.0.1:{self.server.server_port}", None, "local"))
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
-
-
 def test_a_submission_whose_answer_was_lost_is_found_as_ours_not_as_a_duplicate():
     """The first POST creates the job, then the connection drops before the answer: the retry
     (same submission id) hears "already exists", and the job's mark says it is this call's."""
@@ -285,7 +256,7 @@ def test_a_submission_whose_answer_was_lost_is_found_as_ours_not_as_a_duplicate(
             return True
         return False
 
-    api = _JobApi(drop_first)
+    api = _JobApi(after=drop_first)
     with api as client:
         assert client.submit(entrypoint="true", runtime_env={}, submission_id="s-1") is True
         # the same experiment submitted again later: it exists, and it is not this call's
