@@ -29,8 +29,10 @@ ATTEMPT_KEY = "orchestrate_attempt"   # the job's metadata: which submit call st
 NOT_OURS = ("another program holds that port (or the forward closed): run the command again; "
             "if it keeps happening, see who listens there (`ss -ltnp`)")
 END_POLL = 0.5        # seconds between asking a followed job's status
+QUEUED_POLL = 2.0     # the same while it waits in the queue (many may wait)
 PROBE_EVERY = 5.0     # seconds between checks that the head still answers while following
 LOST_AFTER = 30.0     # seconds of silence from the head before following gives up
+QUIET_AFTER = 120.0   # seconds without a log line before a followed run is reported stuck
 T = TypeVar("T")
 
 
@@ -41,6 +43,7 @@ class JobsClient:
         # what an ended job's info and log are: they change no more, so they are asked once
         self._ended_info: dict[str, Any] = {}
         self._ended_logs: dict[str, str] = {}
+        self._queued: set[str] = set()   # jobs last seen PENDING: asked about less often
 
     def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
@@ -170,7 +173,8 @@ class JobsClient:
     def list(self) -> list[Any]:
         return self._call(self._client.list_jobs)
 
-    def follow(self, job_id: str, on_line: Callable[[str], None]) -> str:
+    def follow(self, job_id: str, on_line: Callable[[str], None],
+               on_quiet: Callable[[float], None] | None = None) -> str:
         """Stream the job's log lines to `on_line` until it ends; returns its final status.
 
         Ray's log stream ends 2-4 s after the job (its tail reads the file once a second and
@@ -180,11 +184,17 @@ class JobsClient:
 
         A head that stops answering (a dead machine sends no reset: the log stream just goes
         quiet) is noticed by a probe every PROBE_EVERY seconds; after LOST_AFTER seconds of
-        silence this raises JobError instead of waiting forever."""
+        silence this raises JobError instead of waiting forever.
+
+        `on_quiet(seconds)`: called when no log line has come for QUIET_AFTER seconds, then
+        again after twice as long each time (a run stuck without progress is reported)."""
         received = [0]   # characters of the log the stream has handed over
         pending = [""]   # of them, the start of a line not yet ended
 
+        last = [time.monotonic()]   # when the last line came
+
         def take(text: str) -> None:
+            last[0] = time.monotonic()
             received[0] += len(text)
             pending[0] += text
             *lines, pending[0] = pending[0].split("\n")
@@ -200,14 +210,25 @@ class JobsClient:
                 await asyncio.sleep(PROBE_EVERY)
                 await asyncio.to_thread(self._check_alive)
 
+        async def quiet() -> None:
+            wait = quiet_after()
+            while True:
+                await asyncio.sleep(1)
+                silent = time.monotonic() - last[0]
+                if silent >= wait and on_quiet is not None:
+                    on_quiet(silent)   # in this loop's thread: never beside an on_line
+                    wait *= 2
+
         async def ended() -> None:
             while not await asyncio.to_thread(self._ended, job_id):
-                await asyncio.sleep(END_POLL)
+                await asyncio.sleep(QUEUED_POLL if job_id in self._queued else END_POLL)
 
         async def both() -> bool:
             """True when the job's end was seen before the stream's."""
             tasks = [asyncio.ensure_future(tail()), asyncio.ensure_future(watch()),
                      asyncio.ensure_future(ended())]
+            if on_quiet is not None and quiet_after() > 0:
+                tasks.append(asyncio.ensure_future(quiet()))
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -247,7 +268,12 @@ class JobsClient:
                             self.endpoint.token, timeout=PROBE_EVERY)
         except HttpError:
             return False
-        return isinstance(info, dict) and info.get("status") in TERMINAL
+        status = info.get("status") if isinstance(info, dict) else None
+        if status == "PENDING":
+            self._queued.add(job_id)
+        else:
+            self._queued.discard(job_id)
+        return status in TERMINAL
 
     def _check_alive(self) -> None:
         """Return once the head answers; JobError if it has not for LOST_AFTER seconds."""
@@ -320,6 +346,16 @@ def submission_client(address: str, headers: dict[str, str] | None) -> Any:
                 yield chunk
 
     return Direct(address, headers=headers)
+
+
+def quiet_after() -> float:
+    """QUIET_AFTER, or ORCHESTRATE_STALL_REPORT (seconds; 0: never report)."""
+    import os
+
+    try:
+        return float(os.environ.get("ORCHESTRATE_STALL_REPORT", QUIET_AFTER))
+    except ValueError:
+        return QUIET_AFTER
 
 
 def transient(exc: Exception) -> bool:

@@ -77,6 +77,8 @@ class Follower(Protocol):
 
     def on_line(self, line: str) -> None: ...
 
+    def note(self, text: str) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -146,7 +148,8 @@ def run(spec: ExperimentSpec, options: RunOptions, state: State, progress: Progr
             return Ran(job_id, submission.created, submission.cluster)
         display = follower(plan.config, job_id, secrets)
         try:
-            status = jobs.follow(job_id, display.on_line)
+            status = jobs.follow(job_id, display.on_line, lambda quiet_for: stalled(
+                jobs, job_id, submission.admission, quiet_for, display.note))
         except KeyboardInterrupt:
             display.close()
             progress(leave_running(job_id, submission.cluster, state))
@@ -329,6 +332,29 @@ def queued(jobs: JobsClient, job_id: str, admission: needs.Admission,
              and (j.start_time or 0) < start]
     progress(f"queued: the run waits for {admission.asked}; {len(running)} run(s) hold "
              f"{jobs.endpoint.label}'s resources now, {len(ahead)} wait ahead of it")
+
+
+def stalled(jobs: JobsClient, job_id: str, admission: needs.Admission | None,
+            quiet_for: float, say: Progress) -> None:
+    """A followed run with no output for `quiet_for` seconds: say whether it still waits in
+    the queue, or what Ray has been asked for and cannot place (resources held elsewhere)."""
+    from . import needs
+    from .progress import clock
+
+    try:
+        status = jobs.status(job_id)
+    except JobError:
+        return
+    found = jobs.cluster_status()
+    used = needs.in_use(found)
+    if status == "PENDING":
+        asked = f": it waits for {admission.asked}" if admission else ""
+        say(f"still queued after {clock(quiet_for)}{asked}" + (f"; {used}" if used else ""))
+        return
+    waits = needs.waiting(found)
+    if status == "RUNNING" and waits:
+        say(f"no output for {clock(quiet_for)}; Ray cannot place what was asked of it yet: "
+            f"{waits}" + (f" ({used})" if used else ""))
 
 
 def epoch_printer(quiet: bool, progress: Progress) -> Callable[[str], None]:

@@ -188,8 +188,7 @@ def capacity_of(status: dict[str, Any], label: str, *, fixed: bool,
                 hint: str = "") -> Capacity | None:
     """A Capacity from Ray's `/api/cluster_status` answer (its `loadMetricsReport.usage`:
     resource -> [used, total]); None when the answer has none."""
-    usage = (((status.get("data") or {}).get("clusterStatus") or {})
-             .get("loadMetricsReport") or {}).get("usage")
+    usage = _report(status).get("usage")
     if not isinstance(usage, dict):
         return None
     total = {name: float(pair[1]) for name, pair in usage.items()
@@ -206,3 +205,42 @@ def embedded_cpus(needs: Needs, cores: int | None = None) -> int:
     cores = cores or os.cpu_count() or 1
     base = max(cores, 4)
     return min(max(base, math.ceil(needs.one.get("CPU", 0.0))), max(base, OVERSUBSCRIBE * cores))
+
+
+def in_use(status: dict[str, Any] | None) -> str | None:
+    """'4 of 4 CPUs in use' from Ray's `/api/cluster_status`; None if it does not say."""
+    usage = _report(status).get("usage") or {}
+    pair = usage.get("CPU")
+    if not (isinstance(pair, list) and len(pair) == 2):
+        return None
+    return f"{pair[0]:g} of {_amount(pair[1], 'CPU')} in use"
+
+
+def waiting(status: dict[str, Any] | None) -> str | None:
+    """What Ray has been asked for and cannot place yet (its resource and placement-group
+    demands), as text; None when nothing waits."""
+    report = _report(status)
+    parts = []
+    for shape, count in _pairs(report.get("resourceDemand")):
+        parts.append(f"{count} x {_shape(shape)} (tasks or actors)")
+    for group, count in _pairs(report.get("pgDemand")):
+        bundles = ", ".join(f"{n} x {_shape(b)}" for b, n in _pairs(group.get("bundles")))
+        parts.append(f"{count} placement group{'s' if count != 1 else ''} of {bundles}")
+    return "; ".join(parts) or None
+
+
+def _report(status: dict[str, Any] | None) -> dict[str, Any]:
+    found = (((status or {}).get("data") or {}).get("clusterStatus") or {}).get("loadMetricsReport")
+    return found if isinstance(found, dict) else {}
+
+
+def _pairs(items: Any) -> list[tuple[dict[str, Any], int]]:
+    """Ray's (dict, count) summaries, as JSON lists; anything else left out."""
+    return [(item[0], int(item[1])) for item in items or []
+            if isinstance(item, list) and len(item) == 2 and isinstance(item[0], dict)
+            and isinstance(item[1], (int, float))] if isinstance(items, list) else []
+
+
+def _shape(resources: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" if isinstance(v, (int, float)) else f"{k}: {v}"
+                           for k, v in sorted(resources.items())) + "}"

@@ -98,6 +98,10 @@ class Display:
                                for k, v in (state.get("config") or {}).items())
             self._print(f"trial {trial}  {str(state.get('state')).lower()}  {params}".rstrip())
 
+    def note(self, text: str) -> None:
+        """A word from orchestrate itself (not the job's log), shown in every mode."""
+        self._print(text)
+
     def _print(self, text: str) -> None:
         self._clear()
         print(text, file=self.out, flush=True)

@@ -190,7 +190,7 @@ def _following(monkeypatch, stream: _Stream, ended_after: int) -> tuple[list[str
     client = JobsClient.__new__(JobsClient)
     client.endpoint = Endpoint("http://127.0.0.1:1", None, "the embedded Ray")
     client._client = stream
-    client._ended_info, client._ended_logs = {}, {}
+    client._ended_info, client._ended_logs, client._queued = {}, {}, set()
     asked = []
     monkeypatch.setattr(client, "_ended", lambda job_id: asked.append(job_id) or
                         len(asked) > ended_after)
@@ -237,7 +237,7 @@ def test_an_ended_jobs_info_and_log_are_asked_once(monkeypatch):
     client = JobsClient.__new__(JobsClient)
     client.endpoint = Endpoint("http://127.0.0.1:1", None, "the embedded Ray")
     client._client = ray
-    client._ended_info, client._ended_logs = {}, {}
+    client._ended_info, client._ended_logs, client._queued = {}, {}, set()
     assert client.status("j") == "RUNNING" and client.logs("j") == "the log\n"
     assert client.status("j") == "RUNNING" and client.logs("j") == "the log\n"
     assert asked == {"info": 2, "logs": 2}   # a running job: asked each time
@@ -296,3 +296,22 @@ def test_a_working_dir_that_changes_while_it_ships_still_names_an_uploaded_packa
     assert named.startswith("gcs://_ray_pkg_")
     assert named.rsplit("/", 1)[1] in api.packages, (named, api.packages)
     assert len(set(hashed)) == 2   # the race happened
+
+
+def test_a_run_quiet_for_long_is_reported_then_less_often(monkeypatch):
+    """No log line for ORCHESTRATE_STALL_REPORT seconds: `on_quiet` hears how long, then again
+    only after twice as long."""
+    monkeypatch.setenv("ORCHESTRATE_STALL_REPORT", "1")
+    stream = _Stream(["starting\n"], "starting\n")
+    client = JobsClient.__new__(JobsClient)
+    client.endpoint = Endpoint("http://127.0.0.1:1", None, "the embedded Ray")
+    client._client = stream
+    client._ended_info, client._ended_logs, client._queued = {}, {}, set()
+    reported: list[float] = []
+    monkeypatch.setattr(client, "_ended", lambda job_id: len(reported) >= 2)
+    monkeypatch.setattr(client, "_wait", lambda job_id: "SUCCEEDED")
+    monkeypatch.setattr("orchestrator.jobs.client.END_POLL", 0.01)
+    lines: list[str] = []
+    assert client.follow("job-1", lines.append, reported.append) == "SUCCEEDED"
+    assert lines == ["starting"]
+    assert len(reported) == 2 and 1 <= reported[0] < reported[1] and reported[1] >= 2

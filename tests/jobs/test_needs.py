@@ -91,3 +91,40 @@ def test_capacity_is_read_from_rays_cluster_status():
     found = needs.capacity_of(status, "the embedded Ray", fixed=True)
     assert found is not None and found.total["CPU"] == 4.0 and found.text() == "4 CPUs"
     assert needs.capacity_of({"data": {"clusterStatus": {}}}, "x", fixed=True) is None
+
+
+class _Jobs:
+    """What `stalled` asks of the jobs client: a status, and Ray's cluster status as Ray 2.60
+    shapes it (resource demands and pending placement groups as (dict, count) pairs)."""
+
+    def __init__(self, status: str, demand: bool) -> None:
+        self.job_status = status
+        report = {"usage": {"CPU": [4.0, 4.0]}, "resourceDemand": [], "pgDemand": []}
+        if demand:
+            report["pgDemand"] = [[{"bundles": [[{"CPU": 1.0}, 2]], "strategy": "PACK"}, 1]]
+            report["resourceDemand"] = [[{"CPU": 1.0}, 3]]
+        self.found = {"data": {"clusterStatus": {"loadMetricsReport": report}}}
+
+    def status(self, job_id: str) -> str:
+        return self.job_status
+
+    def cluster_status(self) -> dict:
+        return self.found
+
+
+def test_a_stuck_run_is_reported_with_what_it_waits_for():
+    from orchestrator.jobs.experiment import stalled
+
+    said: list[str] = []
+    admission = needs.admit(needs.of(config({})), capacity(CPU=4.0))
+    stalled(_Jobs("PENDING", demand=False), "j", admission, 125.0, said.append)
+    assert said == ["still queued after 2:05: it waits for 2 CPUs (1 worker x 1 CPU + 1 CPU "
+                    "for Ray Data); 4 of 4 CPUs in use"]
+    said.clear()
+    stalled(_Jobs("RUNNING", demand=True), "j", admission, 240.0, said.append)
+    assert said == ["no output for 4:00; Ray cannot place what was asked of it yet: 3 x "
+                    "{CPU: 1} (tasks or actors); 1 placement group of 2 x {CPU: 1} (4 of 4 CPUs "
+                    "in use)"]
+    said.clear()
+    stalled(_Jobs("RUNNING", demand=False), "j", admission, 240.0, said.append)
+    assert said == []   # slow, not stuck: nothing waits for resources

@@ -4,8 +4,13 @@ first of them and goes down after the last, not at the end of the session).
     ssh_cluster   a local-provider cluster launched with `orchestrate up` from
                   cluster_configs/local.yaml itself, only its addresses and key filled in:
                   .address, .headers, .token, .name, .file, .env, .cli(...), .open()
+    shared_dir    a folder every host sees, like an NFS share
 """
 from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +40,14 @@ def ssh_cluster(make_machine, tmp_path_factory):
             tear_down(handle)
         else:
             orchestrate(cli_env(home), "down", name, "-y")
+
+
+@pytest.fixture
+def shared_dir(ssh_cluster):
+    """A folder every host sees, like an NFS share (storage_path, absolute datasets)."""
+    folder = Path(tempfile.mkdtemp(prefix="orc-shared-", dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -26,17 +25,6 @@ from orchestrator.cli import main
 pytestmark = [pytest.mark.ssh, pytest.mark.ray, pytest.mark.xdist_group("shared_cluster")]
 
 DATA = Path(__file__).resolve().parents[3] / "experiments" / "data"
-
-
-@pytest.fixture
-def shared_dir(ssh_cluster):
-    """A folder every host sees, like an NFS share (storage_path, absolute datasets)."""
-    folder = Path(tempfile.mkdtemp(prefix="orc-shared-", dir="/tmp"))
-    try:
-        folder.chmod(0o755)
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def write_experiment(tmp_path: Path, shared: Path, cluster_file: Path, name: str) -> Path:
