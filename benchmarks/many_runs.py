@@ -16,7 +16,8 @@ warm-up run, serves every side; it is stopped at the end. For each N (`--sizes`)
 
 `--force` on every run: an experiment unchanged since it was submitted is found, not run again.
 While a side runs, Ray's job list (`GET /api/jobs/`) is read twice a second for the peak of
-jobs RUNNING (and PENDING, waiting for resources) at once. A side that does not end in time
+jobs RUNNING at once (and PENDING: accepted, their driver not started yet; every job is, for a
+moment, and a job queued for resources stays so). A side that does not end in time
 (`--timeout`, default 900 s; one by one: each run; hand-written: max(180 s, 3 x that round's
 together time) unless --handwritten-timeout) has its jobs stopped and is reported "did not
 finish in T s" with how many were still RUNNING; it is not tried again for that N or a larger
@@ -459,16 +460,20 @@ def main() -> int:
                     times.append(f"{side} {outcome.seconds:.1f} s ({state}, "
                                  f"peak {outcome.peak_running} running)")
                     bench.settle()
-                print(f"N = {n}, round {number + 1}: " + ", ".join(times), flush=True)
+                print(f"N = {n}, round {number + 1}: " + (", ".join(times) or "every side skipped"),
+                      flush=True)
     finally:
         bench.close()
         shutil.rmtree(work, ignore_errors=True)
     clean = all([report(n, results[n], skipped[n]) for n in ns])
+    load = " / ".join(f"{value:.1f}" for value in os.getloadavg())
     print(f"\nmachine: {os.cpu_count()} cores ({platform.machine()}), the embedded Ray sized to "
-          f"{cpus} CPUs; {rounds} rounds")
+          f"{cpus} CPUs; load average at the end {load} (1 / 5 / 15 min); {rounds} "
+          f"round{'s' if rounds > 1 else ''} per N")
     print(f"reproduce: {Path(sys.executable).name} benchmarks/many_runs.py "
           f"--sizes {','.join(map(str, ns))} --rounds {rounds} "
-          f"--handwritten-sizes {','.join(map(str, hand_ns)) or 'none'} --timeout {args.timeout:g}")
+          f"--handwritten-sizes {','.join(map(str, hand_ns)) or 'none'} --timeout {args.timeout:g}"
+          + (f" --handwritten-timeout {args.handwritten_timeout:g}" if args.handwritten_timeout else ""))
     return 0 if clean else 1
 
 

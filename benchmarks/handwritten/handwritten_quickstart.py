@@ -64,7 +64,8 @@ def train_func(config):
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint = None
             if ray.train.get_context().get_world_rank() == 0:
-                torch.save(model.module.state_dict(), os.path.join(tmp, "model.pt"))
+                torch.save(getattr(model, "module", model).state_dict(),  # DDP only with 2+ workers
+                           os.path.join(tmp, "model.pt"))
                 checkpoint = Checkpoint.from_directory(tmp)
             ray.train.report(metrics, checkpoint=checkpoint)
 
