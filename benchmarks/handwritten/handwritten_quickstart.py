@@ -4,7 +4,10 @@
 accuracy) as `experiments/quickstart.yaml`. Run as a script (cold: it starts and stops its own
 Ray), or submitted with `ray job submit` to a running Ray (it then connects to that one).
 
-    python handwritten_quickstart.py TRAIN_CSV VALID_CSV STORAGE NAME
+    python handwritten_quickstart.py TRAIN_CSV VALID_CSV STORAGE NAME [WORKERS EPOCHS LR]
+
+WORKERS, EPOCHS and LR default to the quickstart's 2, 5 and 0.01 (`many_runs.py` runs 1 worker,
+1 epoch, a learning rate of its own per run).
 
 `ray.init(num_cpus=4)` on a 2-core machine: plain `ray.init()` sizes Ray to 2 CPUs, the two
 workers take both and Ray Data gets none, and the script hangs (orchestrate's embedded Ray sizes
@@ -25,6 +28,8 @@ from ray.train import Checkpoint, CheckpointConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 train_csv, valid_csv, storage, name = sys.argv[1:5]
+workers, epochs, lr = (int(sys.argv[5]), int(sys.argv[6]), float(sys.argv[7])) if len(sys.argv) > 5 \
+    else (2, 5, 0.01)
 begin = time.perf_counter()
 
 
@@ -59,7 +64,8 @@ def train_func(config):
         with tempfile.TemporaryDirectory() as tmp:
             checkpoint = None
             if ray.train.get_context().get_world_rank() == 0:
-                torch.save(model.module.state_dict(), os.path.join(tmp, "model.pt"))
+                torch.save(getattr(model, "module", model).state_dict(),  # DDP only with 2+ workers
+                           os.path.join(tmp, "model.pt"))
                 checkpoint = Checkpoint.from_directory(tmp)
             ray.train.report(metrics, checkpoint=checkpoint)
 
@@ -76,8 +82,8 @@ train_ds = concat.transform(scaler.transform(train_ds))
 valid_ds = concat.transform(scaler.transform(valid_ds))
 trainer = TorchTrainer(
     train_func,
-    train_loop_config={"lr": 0.01, "epochs": 5, "input_dim": len(features)},
-    scaling_config=ScalingConfig(num_workers=2, use_gpu=False),
+    train_loop_config={"lr": lr, "epochs": epochs, "input_dim": len(features)},
+    scaling_config=ScalingConfig(num_workers=workers, use_gpu=False),
     datasets={"train": train_ds, "valid": valid_ds},
     run_config=RunConfig(name=name, storage_path=storage, checkpoint_config=CheckpointConfig(
         num_to_keep=1, checkpoint_score_attribute="accuracy", checkpoint_score_order="max")),
