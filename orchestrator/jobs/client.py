@@ -177,6 +177,9 @@ class JobsClient:
                on_quiet: Callable[[float], None] | None = None) -> str:
         """Stream the job's log lines to `on_line` until it ends; returns its final status.
 
+        A job waiting in Ray's queue (PENDING) has its status asked every QUEUED_POLL seconds
+        and its log stream opened only once it leaves the queue (many may wait at once).
+
         Ray's log stream ends 2-4 s after the job (its tail reads the file once a second and
         looks at the job's status only at the end of the file): the status is asked every
         END_POLL seconds too, and once the job has ended the rest of its log is read whole
@@ -201,7 +204,10 @@ class JobsClient:
             for line in lines:
                 on_line(line)
 
+        started = asyncio.Event()   # the job has left the queue: its log can be streamed
+
         async def tail() -> None:
+            await started.wait()
             async for chunk in self._client.tail_job_logs(job_id):
                 take(chunk)
 
@@ -220,7 +226,12 @@ class JobsClient:
                     wait *= 2
 
         async def ended() -> None:
-            while not await asyncio.to_thread(self._ended, job_id):
+            while True:
+                done = await asyncio.to_thread(self._ended, job_id)
+                if job_id not in self._queued:
+                    started.set()
+                if done:
+                    return
                 await asyncio.sleep(QUEUED_POLL if job_id in self._queued else END_POLL)
 
         async def both() -> bool:

@@ -315,3 +315,36 @@ def test_a_run_quiet_for_long_is_reported_then_less_often(monkeypatch):
     assert client.follow("job-1", lines.append, reported.append) == "SUCCEEDED"
     assert lines == ["starting"]
     assert len(reported) == 2 and 1 <= reported[0] < reported[1] and reported[1] >= 2
+
+
+def test_a_queued_job_is_streamed_only_once_it_leaves_the_queue(monkeypatch):
+    """Many runs may wait in the queue at once: none opens Ray's log stream (a websocket Ray's
+    dashboard serves by reading the file every second) before its job has left PENDING."""
+    events: list[str] = []
+
+    class Stream(_Stream):
+        async def tail_job_logs(self, job_id):
+            events.append("stream")
+            async for chunk in super().tail_job_logs(job_id):
+                yield chunk
+
+    client = JobsClient.__new__(JobsClient)
+    client.endpoint = Endpoint("http://127.0.0.1:1", None, "the embedded Ray")
+    client._client = Stream(["a\n"], "a\n")
+    client._ended_info, client._ended_logs, client._queued = {}, {}, set()
+
+    def ended(job_id: str) -> bool:
+        asked = events.count("PENDING") + events.count("RUNNING")
+        state = "PENDING" if asked < 3 else "RUNNING"
+        events.append(state)
+        (client._queued.add if state == "PENDING" else client._queued.discard)(job_id)
+        return asked >= 6
+
+    monkeypatch.setattr(client, "_ended", ended)
+    monkeypatch.setattr(client, "_wait", lambda job_id: "SUCCEEDED")
+    monkeypatch.setattr("orchestrator.jobs.client.END_POLL", 0.01)
+    monkeypatch.setattr("orchestrator.jobs.client.QUEUED_POLL", 0.01)
+    lines: list[str] = []
+    assert client.follow("job-1", lines.append) == "SUCCEEDED"
+    assert events[:4] == ["PENDING", "PENDING", "PENDING", "RUNNING"] and "stream" in events
+    assert events.index("stream") > 3 and lines == ["a"]
