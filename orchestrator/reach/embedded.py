@@ -51,6 +51,7 @@ from typing import Any
 
 from ..contract import MLFLOW_CREDENTIALS
 from ..errors import JobError, OrchestrateError
+from ..render.harden import QUEUE_SETTINGS
 from ..state import SecretStore, home
 from ..util import http, listeners
 from ..util.files import atomic_write, tail
@@ -100,8 +101,6 @@ def record_path() -> Path:
     return home() / "local-ray" / "record.json"
 
 
-QUEUE_PATIENCE = str(10 * 365 * 24 * 3600)   # seconds a job may wait in the queue: no limit
-PACKAGE_PATIENCE = str(24 * 3600)
 LOCK_TIMEOUT = 300.0  # starting the embedded Ray takes ~10 s; a holder this long is stuck
 
 
@@ -222,12 +221,7 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
     # the job's `python` must be this interpreter (a venv need not be activated to use it)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"  # else SIGTERM waits to drain the node
-    # Runs wait in Ray's job queue for their turn (`jobs.needs`): not failed after Ray's
-    # default 15 minutes PENDING.
-    env["RAY_JOB_START_TIMEOUT_SECONDS"] = QUEUE_PATIENCE
-    # A queued job's working_dir package must outlive its wait: Ray keeps an uploaded package
-    # this long unless a running job holds it (its default, 10 minutes, is shorter than a queue)
-    env["RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S"] = PACKAGE_PATIENCE
+    env.update(QUEUE_SETTINGS)   # runs wait in Ray's job queue for their turn, as on clusters
     log_path = Path(private) / "ray-start.log"
     with open(log_path, "wb") as log:
         try:

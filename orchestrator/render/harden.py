@@ -37,6 +37,14 @@ TLS_ENV = ("export RAY_USE_TLS=1 RAY_TLS_CA_CERT=$HOME/.ray/tls/ca.crt "
            "RAY_TLS_SERVER_CERT=$HOME/.ray/tls/node.crt "
            "RAY_TLS_SERVER_KEY=$HOME/.ray/tls/node.key; ")
 
+# On a head (a cluster's, the embedded Ray), for Ray's job queue (`jobs.needs`): a job may wait
+# PENDING for its turn without limit (Ray fails one after 15 minutes), and an uploaded
+# working_dir package is kept a day for it unless a running job holds it (Ray's default: 10
+# minutes, after which a job that waited longer could not start).
+QUEUE_SETTINGS = {"RAY_JOB_START_TIMEOUT_SECONDS": str(10 * 365 * 24 * 3600),
+                  "RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S": str(24 * 3600)}
+QUEUE_ENV = "export " + " ".join(f"{k}={v}" for k, v in QUEUE_SETTINGS.items()) + "; "
+
 _RAY_START = re.compile(r"\bray start\b")
 _DASHBOARD_HOST = re.compile(r"\s--dashboard-host(?:=|\s+)(\S+)")
 _DASHBOARD_PORT = re.compile(r"\s--dashboard-port(?:=|\s+)(\d+)")
@@ -111,5 +119,7 @@ def _harden(command: str, dashboard_host: str | None, tls: bool) -> str:
             part = re.sub(r"\s--dashboard-host(?:=|\s+)\S+", "", part) + \
                 f" --dashboard-host={shlex.quote(dashboard_host)}"
         pieces[i] = part + trailing
-    prefix = AUTH_ENV + (TLS_ENV if tls and _RAY_START.search(command) else "")
+    starts = _RAY_START.search(command)
+    prefix = AUTH_ENV + (TLS_ENV if tls and starts else "") + \
+        (QUEUE_ENV if starts and "--head" in command else "")
     return prefix + "".join(pieces)
