@@ -238,3 +238,14 @@ def test_a_stop_keeps_the_logs_first_and_goes_on_when_that_fails(ray, monkeypatc
         stop()
     assert stops == [False] and embedded.recorded() is None
     assert "job logs were not all kept: HTTP 500" in err.getvalue()
+
+
+def test_the_watchdog_keeps_what_ended_at_each_look(ray, monkeypatch):
+    from orchestrator.reach import watchdog
+
+    ray.job("ended", "FAILED", FAILED_LOG, start=time.time() - 120, end=time.time() - 60)
+    ray.job("busy", "RUNNING", "epoch 1\n", end=None)
+    recorded_ray(ray, monkeypatch)
+    look = watchdog._Watch(embedded.recorded().pid, State.here().secrets)
+    assert watchdog._look(look) is False   # kept up (no idle limit): it goes on watching
+    assert archive.read("ended").status == "FAILED" and archive.read("busy") is None
