@@ -163,7 +163,9 @@ def test_runs_takes_what_ray_cannot_say_from_what_was_kept(ray, capsys):
     record(state, "never-kept", NOW)
 
     assert main(["runs", "--format", "json"]) == 0
-    rows = {row["job_id"]: row for row in json.loads(capsys.readouterr().out)}
+    out, err = capsys.readouterr()
+    rows = {row["job_id"]: row for row in json.loads(out)}
+    assert "note: 2 run(s) on embedded not updated: the embedded Ray is not running" in err
     assert (rows["failed"]["status"], rows["failed"]["error"]) == \
         ("FAILED", "job failed failed: ValueError: boom")
     assert (rows["cut-off"]["status"], rows["cut-off"]["error"]) == \

@@ -1,6 +1,8 @@
 """The runs this machine submitted (`orchestrate runs`): its job records joined with the runs'
 summaries, newest first. A job not seen to end (`run --detach`, Ctrl-C, `apply`) is asked about
 where it runs, when that Ray answers; what it says is recorded, so the next listing is offline.
+A job of the embedded Ray that Ray cannot tell about (stopped, restarted) takes its end from
+what was kept when that Ray stopped (`reach.archive`), recorded the same way.
 """
 from __future__ import annotations
 
@@ -65,10 +67,12 @@ def refresh(rows: list[dict[str, Any]], state: State,
         try:
             _ask(cluster, pending, state)
         except OrchestrateError as exc:
-            progress(f"note: {len(pending)} run(s) on {cluster} not updated: {exc.message}")
-            for row in pending:
-                if not (cluster == EMBEDDED and from_archive(row, state)):
-                    row["status"] = UNKNOWN
+            unknown = [row for row in pending
+                       if not (cluster == EMBEDDED and from_archive(row, state))]
+            if unknown:
+                progress(f"note: {len(unknown)} run(s) on {cluster} not updated: {exc.message}")
+            for row in unknown:
+                row["status"] = UNKNOWN
     return rows
 
 
