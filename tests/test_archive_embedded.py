@@ -47,7 +47,7 @@ def test_a_failed_jobs_log_and_reason_outlive_the_embedded_ray(tmp_path):
     code, out, err = cli("logs", job_id)
     assert code == 0, err
     assert "FileNotFoundError: /nonexistent/x.csv" in out
-    assert "kept when the embedded Ray stopped" in err
+    assert f"the embedded Ray no longer has job {job_id} (FAILED)" in err
     code, out, _ = cli("runs", "--format", "json")
     [row] = [r for r in json.loads(out) if r["job_id"] == job_id]
     assert row["status"] == "FAILED"

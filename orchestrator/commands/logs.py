@@ -42,22 +42,22 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 info(f"\nstopped following; job {args.job} keeps running")
                 return 130
-    except JobError as exc:   # the embedded Ray is not up, or does not know the job
+    except JobError:   # the embedded Ray is not up, or does not know the job
         kept = archived(args.job, state) if cluster is None and not shown[0] else None
         if kept is None:
             raise
-        return _kept(kept, exc, follow=args.follow)
+        return _kept(kept, follow=args.follow)
     info(f"job {args.job}: {status}")
     return 0 if status == "SUCCEEDED" else 1
 
 
-def _kept(kept: Archived, why: JobError, *, follow: bool) -> int:
+def _kept(kept: Archived, *, follow: bool) -> int:
     """The log as kept when its Ray stopped; with --follow, the exit of a job that ended."""
-    info(f"{why.message}; job {kept.job_id}'s log as kept when the embedded Ray stopped: "
-         f"{kept.log_path}")
+    ended = f"{kept.status}" + (", stopped with that Ray" if kept.stopped_with_ray else "")
+    info(f"the embedded Ray no longer has job {kept.job_id} ({ended}); its log as kept when "
+         f"that Ray stopped: {kept.log_path}")
     print(kept.log(), end="")
     if not follow:
         return 0
-    info(f"job {kept.job_id}: {kept.status}"
-         + (" (stopped with the embedded Ray)" if kept.stopped_with_ray else ""))
+    info(f"job {kept.job_id}: {kept.status}")
     return 0 if kept.status == "SUCCEEDED" else 1
