@@ -1,9 +1,15 @@
-"""orchestrate logs JOB: a job's log so far, or followed until it ends."""
+"""orchestrate logs JOB: a job's log so far, or followed until it ends. A job of the embedded Ray
+that Ray no longer knows (it stopped, or was restarted): its log as kept when it stopped."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
+from ..errors import JobError
 from ..output import info
+
+if TYPE_CHECKING:
+    from ..reach.archive import Archived
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,19 +20,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs.targets import jobs_of
+    from ..jobs.targets import archived, jobs_of
     from ..state import State
     from . import pick
 
     state = State.here()
-    with jobs_of(args.job, pick.optional_cluster(args.cluster, state), state) as jobs:
-        if not args.follow:
-            print(jobs.logs(args.job), end="")
-            return 0
-        try:
-            status = jobs.follow(args.job, print)
-        except KeyboardInterrupt:
-            info(f"\nstopped following; job {args.job} keeps running")
-            return 130
+    cluster = pick.optional_cluster(args.cluster, state)
+    shown = [False]   # lines of Ray's printed: the archive is not printed after them
+
+    def on_line(line: str) -> None:
+        shown[0] = True
+        print(line)
+
+    try:
+        with jobs_of(args.job, cluster, state) as jobs:
+            if not args.follow:
+                print(jobs.logs(args.job), end="")
+                return 0
+            try:
+                status = jobs.follow(args.job, on_line)
+            except KeyboardInterrupt:
+                info(f"\nstopped following; job {args.job} keeps running")
+                return 130
+    except JobError:   # the embedded Ray is not up, or does not know the job
+        kept = archived(args.job, state) if cluster is None and not shown[0] else None
+        if kept is None:
+            raise
+        return _kept(kept, follow=args.follow)
     info(f"job {args.job}: {status}")
     return 0 if status == "SUCCEEDED" else 1
+
+
+def _kept(kept: Archived, *, follow: bool) -> int:
+    """The log as kept when its Ray stopped; with --follow, the exit of a job that ended."""
+    ended = f"{kept.status}" + (", stopped with that Ray" if kept.stopped_with_ray else "")
+    info(f"the embedded Ray no longer has job {kept.job_id} ({ended}); its log as kept when "
+         f"that Ray stopped: {kept.log_path}")
+    print(kept.log(), end="")
+    if not follow:
+        return 0
+    info(f"job {kept.job_id}: {kept.status}")
+    return 0 if kept.status == "SUCCEEDED" else 1

@@ -1,6 +1,8 @@
 """The runs this machine submitted (`orchestrate runs`): its job records joined with the runs'
 summaries, newest first. A job not seen to end (`run --detach`, Ctrl-C, `apply`) is asked about
 where it runs, when that Ray answers; what it says is recorded, so the next listing is offline.
+A job of the embedded Ray that Ray cannot tell about (stopped, restarted) takes its end from
+what was kept when that Ray stopped (`reach.archive`), recorded the same way.
 """
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .. import contract
 from ..errors import OrchestrateError
 from ..state import State
 from .client import TERMINAL
@@ -64,8 +67,11 @@ def refresh(rows: list[dict[str, Any]], state: State,
         try:
             _ask(cluster, pending, state)
         except OrchestrateError as exc:
-            progress(f"note: {len(pending)} run(s) on {cluster} not updated: {exc.message}")
-            for row in pending:
+            unknown = [row for row in pending
+                       if not (cluster == EMBEDDED and from_archive(row, state))]
+            if unknown:
+                progress(f"note: {len(unknown)} run(s) on {cluster} not updated: {exc.message}")
+            for row in unknown:
                 row["status"] = UNKNOWN
     return rows
 
@@ -81,7 +87,8 @@ def _ask(cluster: str, rows: list[dict[str, Any]], state: State) -> None:
             try:
                 status = jobs.status(row["job_id"])
             except OrchestrateError as exc:   # this Ray does not know it (restarted since)
-                row.update(status=UNKNOWN, error=exc.message)
+                if not (cluster == EMBEDDED and from_archive(row, state)):
+                    row.update(status=UNKNOWN, error=exc.message)
                 continue
             row["status"] = status
             if status not in TERMINAL:
@@ -96,3 +103,33 @@ def _ask(cluster: str, rows: list[dict[str, Any]], state: State) -> None:
                 fields["run"] = row["run"] = summary.get("name")
                 row.update(metrics=summary.get("metrics") or {}, storage=summary.get("run_path"))
             state.store.update_job(row["job_id"], fields)
+
+
+def from_archive(row: dict[str, Any], state: State) -> bool:
+    """A run on the embedded Ray that its Ray cannot tell about (stopped, restarted): its end
+    as kept when that Ray stopped (`reach.archive`), recorded as `_ask` records what Ray says;
+    False if none was kept."""
+    from .targets import archived
+
+    kept = archived(row["job_id"], state)
+    if kept is None:
+        return False
+    summary = contract.parse_result(kept.log()) or {}
+    summary.pop("timing", None)
+    status, reason = kept.status, kept.reason()
+    if reason is None and summary.get("status") != "SUCCEEDED":   # as `outcome` judges it
+        status, reason = "FAILED", summary.get("error") or f"the job ended {kept.status}"
+    fields: dict[str, Any] = {"status": status}
+    if kept.end_time is not None:
+        fields["ended_at"] = kept.end_time / 1000
+    if reason is not None:
+        verb = "stopped" if kept.stopped_with_ray else "failed"
+        fields["error"] = f"job {row['job_id']} {verb}: {reason}"
+    else:
+        state.store.record_run(row["job_id"], summary, row["job_id"])
+        fields["run"] = row["run"] = summary.get("name") or row["run"]
+        row.update(metrics=summary.get("metrics") or {}, storage=summary.get("run_path"))
+    row.update(status=status, error=fields.get("error"))
+    state.store.update_job(row["job_id"], fields)
+    return True
+

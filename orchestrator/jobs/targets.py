@@ -1,10 +1,12 @@
 """The jobs client on the Ray a job command reaches (`reach.target.open_target` decides which:
-a recorded cluster, the one a job went to, or the embedded Ray)."""
+a recorded cluster, the one a job went to, or the embedded Ray); and where an embedded Ray's
+job is once that Ray is gone (`archived`)."""
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
 
+from ..reach import archive
 from ..reach.target import open_target
 from ..state import ClusterRecord, State
 from .client import JobsClient
@@ -23,3 +25,23 @@ def jobs_of(job_id: str, cluster: ClusterRecord | None, state: State) -> Iterato
     the embedded Ray."""
     with open_target(state, cluster, job=job_id) as endpoint:
         yield JobsClient(endpoint)
+
+
+# Ray starts a job's clock when it accepts it, and this machine records the job right after: a
+# kept job that started long before the record is an earlier job of the same id
+SUBMIT_SLACK = 120.0
+
+
+def archived(job_id: str, state: State) -> archive.Archived | None:
+    """The embedded Ray's job `job_id` as kept when it stopped (`reach.archive`), if it is the
+    job this machine sent there under that id (an unchanged experiment run again on a later
+    Ray reuses the id); None otherwise, and for a job this machine sent to a cluster."""
+    record = state.store.job(job_id) or {}
+    if record.get("cluster"):
+        return None
+    kept = archive.read(job_id)
+    submitted = record.get("submitted_at")
+    if kept is None or (isinstance(submitted, (int, float)) and kept.start_time is not None
+                        and kept.start_time / 1000 < submitted - SUBMIT_SLACK):
+        return None
+    return kept

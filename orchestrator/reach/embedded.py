@@ -32,7 +32,9 @@ With that setting at 0, the last one to leave stops it, unless a detached job as
 (`keep`), which `orchestrate stop --embedded` ends. A recorded Ray found dead, or no longer
 answering with our token, is stopped (what is left of it) before another is started. Its
 record is this machine's alone (a process id): it lives in the local folder
-`$ORCHESTRATE_HOME/local-ray/`, never in a shared state backend.
+`$ORCHESTRATE_HOME/local-ray/`, never in a shared state backend. Ray keeps its jobs' logs in
+its temp dir: before it stops, they are saved with how each job ended (`keep_logs`,
+`reach.archive`), for `logs` and `runs`.
 """
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ from ..util.processes import (
 )
 from ..util.progress import Progress, silent
 from ..util.waiting import until
-from . import idle
+from . import archive, idle
 from .endpoint import EMBEDDED, Endpoint
 
 TOKEN_KEY = "local-ray"
@@ -399,6 +401,7 @@ def _leave(me: Path, ray: EmbeddedRay, secrets: SecretStore, limit: float) -> No
         if now is None or now.pid != ray.pid:
             return   # stopped by hand, or replaced: not ours to stop
         if limit <= 0 and not now.keep and not live_users():
+            keep_logs(now, secrets, stopping=True)
             stop(now)
             _write_record(None, secrets)
             return
@@ -440,6 +443,7 @@ def shutdown(secrets: SecretStore) -> bool:
         if ray is None:
             return False
         was_running = running(ray)
+        keep_logs(ray, secrets, stopping=True)
         stop(ray)
         _write_record(None, secrets)
         return was_running
@@ -466,6 +470,20 @@ def stop_if(pid: int, still: Callable[[EmbeddedRay], bool], secrets: SecretStore
             return True
         if not still(ray):
             return False
+        keep_logs(ray, secrets, stopping=True)
         stop(ray)
         _write_record(None, secrets)
         return True
+
+
+def keep_logs(ray: EmbeddedRay, secrets: SecretStore, *, stopping: bool) -> None:
+    """Save its jobs' logs and ends where `logs` and `runs` find them after it is gone
+    (`archive`): before it stops (`stopping`: the running ones too), and from its watchdog (the
+    ended ones). Only while it runs; a failure is said, never in the way of a stop."""
+    if not running(ray):
+        return
+    try:
+        endpoint = ray.endpoint(secrets)
+        archive.save(endpoint.address, endpoint.token, stopping=stopping)
+    except Exception as exc:  # noqa: BLE001 - whatever went wrong, the stop goes on
+        print(f"note: {LABEL}'s job logs were not all kept: {exc}", file=sys.stderr, flush=True)

@@ -6,7 +6,8 @@ Every few seconds (`idle.check_interval`) it reads the record. The Ray is in use
 session is registered in `users/`, a job in Ray's job table is PENDING or RUNNING, or a Serve
 application is deployed; a dashboard that does not answer counts as in use too. Once it has
 been idle for the record's limit, the watchdog takes the lock, looks again, stops the Ray and
-removes its record and token. It exits when the record no longer names its Ray (stopped by
+removes its record and token (after keeping its jobs' logs, `reach.archive`; at every look
+it keeps those of the jobs that ended since). It exits when the record no longer names its Ray (stopped by
 hand, replaced), and when its Ray has died: then it clears what is left first. Its command line
 names the Ray's pid, never its temp dir, so the `kill_naming` of `embedded.stop` spares it.
 
@@ -116,6 +117,7 @@ def _look(w: _Watch) -> bool:
     if _dead(ray):
         print(f"{embedded.LABEL} (pid {w.pid}) died; clearing what is left", flush=True)
         return embedded.stop_if(w.pid, _dead, w.secrets)
+    embedded.keep_logs(ray, w.secrets, stopping=False)   # what ended since: lost in no crash
     if ray.idle_limit <= 0:
         return False   # kept (a session with the limit at 0 left last)
     was_busy, w.busy = w.busy, usage(ray, w.secrets).busy is not False
