@@ -90,10 +90,64 @@ def build_preprocessor(specs: list[dict[str, Any]] | None, features: list[str]) 
     return steps[0] if len(steps) == 1 else module.Chain(*steps)
 
 
-def fit_preprocessor(config: JobConfig, train: Any) -> Any:
+# Ray Data finds an unknown schema (`Dataset.schema()` of a CSV or JSON read, of a transformed
+# split) by running the plan with a Limit[1] and cancelling the tasks still in flight. Under load
+# that cancellation meets a race in Ray's core worker (RAY_CHECK "submitted_task_ref_count > 0"
+# in reference_counter.cc, ray-project/ray#56123 fixed one path of it) that aborts the driver:
+# seen in about 1 of 40 runs with two runs at once on 2 cores. So the columns are found without
+# a Limit: from the format's metadata when it has them (parquet), else the train split is read
+# once into the object store (`materialize`, the same full pass the preprocessors' fit makes,
+# which later passes then read from memory), and a split's columns after the preprocessors come
+# from the fitted preprocessors applied to its first row, taken from that store (no task).
+
+
+def with_columns(dataset: Any, *, materialize: bool = True) -> tuple[Any, list[str]]:
+    """(the dataset, its column names) without a Limit[1] run: a dataset whose schema is
+    unknown comes back materialised (unless not `materialize`: images, which may not fit; Ray's
+    `schema()` then)."""
+    known = dataset.schema(fetch_if_missing=False)
+    if known is None and materialize:
+        dataset = dataset.materialize()
+    if known is None:
+        known = dataset.schema()
+    return dataset, list(known.names)
+
+
+def columns_after(preprocessor: Any, dataset: Any) -> list[str]:
+    """The columns of `preprocessor.transform(dataset)`: its fitted steps applied to the first
+    row of a materialised dataset (no task); of a lazy one, Ray's own `schema()`."""
+    first = first_rows(dataset)
+    if first is None:
+        return list(preprocessor.transform(dataset).schema().names)
+    return [str(c) for c in preprocessor.transform_batch(first).columns]
+
+
+def first_rows(dataset: Any, count: int = 1) -> Any:
+    """A pandas DataFrame of the first rows of a materialised dataset, read from the object
+    store; None for a lazy or empty one."""
+    import ray
+    from ray.data.block import BlockAccessor
+    from ray.data.dataset import MaterializedDataset
+
+    if not isinstance(dataset, MaterializedDataset):
+        return None
+    for bundle in dataset.iter_internal_ref_bundles():
+        for ref in bundle.block_refs:
+            block = BlockAccessor.for_block(ray.get(ref))
+            if block.num_rows():
+                return BlockAccessor.for_block(block.slice(0, min(count, block.num_rows()))) \
+                    .to_pandas()
+    return None
+
+
+def fit_preprocessor(config: JobConfig, train: Any, columns: list[str] | None = None) -> Any:
+    """The experiment's preprocessors fitted on `train` (whose columns are `columns`, if
+    known), or None."""
     if not config.get("preprocessors"):
         return None
-    features = feature_columns(config, train.schema().names)
+    if columns is None:
+        train, columns = with_columns(train)
+    features = feature_columns(config, columns)
     preprocessor = build_preprocessor(config["preprocessors"], features)
     if preprocessor is not None:
         preprocessor = preprocessor.fit(train)
@@ -147,11 +201,13 @@ def ray_datasets(config: JobConfig, *, image: bool, vector: bool, cache_auto: bo
     float32 `vector` column (`FEATURES`) or as columns; `cache_auto`: whether `cache: auto`
     splits may be cached (`cache_by_default`)."""
     datasets = {name: read(spec) for name, spec in config["datasets"].items()}
-    columns = list(datasets["train"].schema().names)
-    preprocessor = fit_preprocessor(config, datasets["train"])
+    datasets["train"], columns = with_columns(datasets["train"], materialize=not image)
+    preprocessor = fit_preprocessor(config, datasets["train"], columns)
+    after = columns if preprocessor is None or image else \
+        columns_after(preprocessor, datasets["train"])
     if preprocessor is not None:
         datasets = {k: preprocessor.transform(v) for k, v in datasets.items()}
-    features = [IMAGE] if image else feature_columns(config, datasets["train"].schema().names)
+    features = [IMAGE] if image else feature_columns(config, after)
     input_dim = None
     if image:
         if not raw_images:

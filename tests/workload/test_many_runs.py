@@ -73,6 +73,9 @@ def test_ten_runs_at_once_all_finish_no_more_running_together_than_fit(local_ray
     for job in jobs.list():
         if job.submission_id in ids:
             assert float(job.metadata[needs.SHARE_KEY]) * fit <= needs.HEAD_SHARE
+    # the CSVs' columns were found without Ray Data's Limit[1] run, whose cancelled tasks meet
+    # a race in Ray's core worker that aborted about 1 driver in 40 with two runs at once
+    assert not [job_id for job_id in ids if "LimitOperator" in jobs.logs(job_id)]
 
 
 def test_a_run_that_can_never_fit_fails_at_once_naming_what_it_asks_and_what_exists(

@@ -45,11 +45,13 @@ def make_trainer(config: JobConfig, run_config: Any) -> Made:
     prepared: data.Prepared | None = None
     if config.get("data_loader") == DATA_LOADER and config.get("datasets"):
         data.check_paths(config)
-        train = data.read(config["datasets"]["train"])
-        preprocessor = data.fit_preprocessor(config, train)
-        after = preprocessor.transform(train) if preprocessor is not None else train
-        features = [data.IMAGE] if image else data.feature_columns(config, after.schema().names)
-        prepared = data.Prepared({}, preprocessor, list(train.schema().names), features,
+        train, columns = data.with_columns(data.read(config["datasets"]["train"]),
+                                           materialize=not image)
+        preprocessor = data.fit_preprocessor(config, train, columns)
+        after = columns if preprocessor is None or image else \
+            data.columns_after(preprocessor, train)
+        features = [data.IMAGE] if image else data.feature_columns(config, after)
+        prepared = data.Prepared({}, preprocessor, columns, features,
                                  None if image else len(features), image)
     elif config.get("datasets"):
         data.check_paths(config)
