@@ -101,10 +101,16 @@ def build_preprocessor(specs: list[dict[str, Any]] | None, features: list[str]) 
 # from the fitted preprocessors applied to its first row, taken from that store (no task).
 
 
-def with_columns(dataset: Any, *, materialize: bool = True) -> tuple[Any, list[str]]:
-    """(the dataset, its column names) without a Limit[1] run: a dataset whose schema is
-    unknown comes back materialised (unless not `materialize`: images, which may not fit; Ray's
-    `schema()` then)."""
+def materialize_ok(config: JobConfig, image: bool) -> bool:
+    """Whether the train split may be read into the object store to find its columns: not
+    images (they may not fit), not inside a Tune trial (the trial's placement group has no CPU
+    for Ray Data's tasks; Ray's `schema()` then, as before)."""
+    return not image and not config.get("tune")
+
+
+def with_columns(dataset: Any, *, materialize: bool = False) -> tuple[Any, list[str]]:
+    """(the dataset, its column names) without a Limit[1] run when `materialize`: a dataset
+    whose schema is unknown comes back materialised; else Ray's `schema()`."""
     known = dataset.schema(fetch_if_missing=False)
     if known is None and materialize:
         dataset = dataset.materialize()
@@ -201,7 +207,8 @@ def ray_datasets(config: JobConfig, *, image: bool, vector: bool, cache_auto: bo
     float32 `vector` column (`FEATURES`) or as columns; `cache_auto`: whether `cache: auto`
     splits may be cached (`cache_by_default`)."""
     datasets = {name: read(spec) for name, spec in config["datasets"].items()}
-    datasets["train"], columns = with_columns(datasets["train"], materialize=not image)
+    datasets["train"], columns = with_columns(datasets["train"],
+                                              materialize=materialize_ok(config, image))
     preprocessor = fit_preprocessor(config, datasets["train"], columns)
     after = columns if preprocessor is None or image else \
         columns_after(preprocessor, datasets["train"])

@@ -46,7 +46,7 @@ def make_trainer(config: JobConfig, run_config: Any) -> Made:
     if config.get("data_loader") == DATA_LOADER and config.get("datasets"):
         data.check_paths(config)
         train, columns = data.with_columns(data.read(config["datasets"]["train"]),
-                                           materialize=not image)
+                                           materialize=data.materialize_ok(config, image))
         preprocessor = data.fit_preprocessor(config, train, columns)
         after = columns if preprocessor is None or image else \
             data.columns_after(preprocessor, train)
