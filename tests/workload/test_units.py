@@ -168,7 +168,7 @@ def test_images_stay_uint8_in_ray_data_for_the_built_in_loop_only(monkeypatch):
         def __init__(self) -> None:
             self.mapped: list = []
 
-        def schema(self):
+        def schema(self, fetch_if_missing=True):   # parquet: known from its metadata
             return SimpleNamespace(names=[data.IMAGE, "label"])
 
         def map_batches(self, function, **options):
