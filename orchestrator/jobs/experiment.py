@@ -268,7 +268,7 @@ def admit(spec: ExperimentSpec, config: JobConfig, jobs: JobsClient, cluster: st
 
     def known() -> needs.Capacity | None:   # a Ray just started reports its totals after ~2 s
         status = jobs.cluster_status()
-        return needs.capacity_of(status, label, fixed=fixed) if status else None
+        return needs.capacity_of(status, label) if status else None
 
     capacity = poll(known, timeout=CAPACITY_WAIT, interval=0.5)
     if capacity is None:

@@ -125,12 +125,10 @@ def count_trials(space: Any, num_samples: Any) -> int | None:
 
 @dataclass(frozen=True)
 class Capacity:
-    """What a Ray has in all (Ray's totals: `/api/cluster_status`), and whether it can grow."""
+    """What a Ray has in all (Ray's totals: `/api/cluster_status`)."""
 
     total: dict[str, float]
     label: str                       # "the embedded Ray", "cluster NAME"
-    fixed: bool = True               # False: an autoscaler may add nodes beyond `total`
-    hint: str = ""                   # what to do when a run does not fit
 
     def text(self) -> str:
         shown = {k: v for k, v in self.total.items() if not k.startswith("node:")
@@ -184,8 +182,7 @@ def refusal(admission: Admission, capacity: Capacity) -> str:
             f"{capacity.text()} in all")
 
 
-def capacity_of(status: dict[str, Any], label: str, *, fixed: bool,
-                hint: str = "") -> Capacity | None:
+def capacity_of(status: dict[str, Any], label: str) -> Capacity | None:
     """A Capacity from Ray's `/api/cluster_status` answer (its `loadMetricsReport.usage`:
     resource -> [used, total]); None when the answer has none."""
     usage = _report(status).get("usage")
@@ -193,7 +190,7 @@ def capacity_of(status: dict[str, Any], label: str, *, fixed: bool,
         return None
     total = {name: float(pair[1]) for name, pair in usage.items()
              if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], (int, float))}
-    return Capacity(total, label, fixed=fixed, hint=hint) if total else None
+    return Capacity(total, label) if total else None
 
 
 OVERSUBSCRIBE = 4   # the embedded Ray's logical CPUs are at most this many per core

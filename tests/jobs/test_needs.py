@@ -88,9 +88,9 @@ def test_capacity_is_read_from_rays_cluster_status():
     status = {"result": True, "data": {"clusterStatus": {"loadMetricsReport": {"usage": {
         "CPU": [1.0, 4.0], "memory": [0.0, 17318676480.0], "node:InternalHead": [0.45, 1.0],
         "objectStoreMemory": [0.0, 7422289920.0]}}}}}
-    found = needs.capacity_of(status, "the embedded Ray", fixed=True)
+    found = needs.capacity_of(status, "the embedded Ray")
     assert found is not None and found.total["CPU"] == 4.0 and found.text() == "4 CPUs"
-    assert needs.capacity_of({"data": {"clusterStatus": {}}}, "x", fixed=True) is None
+    assert needs.capacity_of({"data": {"clusterStatus": {}}}, "x") is None
 
 
 class _Jobs:
