@@ -324,12 +324,13 @@ def queued(jobs: JobsClient, job_id: str, admission: needs.Admission,
     others = [j for j in listed if j.submission_id != job_id
               and needs.SHARE_KEY in (j.metadata or {})]
     running = [j for j in others if str(getattr(j.status, "value", j.status)) == "RUNNING"]
-    held = sum(float(j.metadata[needs.SHARE_KEY]) for j in running)
-    if held + admission.share <= needs.HEAD_SHARE + 1e-9:
-        return   # it fits: PENDING only while Ray sets up its environment
     start = getattr(mine, "start_time", None) or 0
     ahead = [j for j in others if str(getattr(j.status, "value", j.status)) == "PENDING"
              and (j.start_time or 0) < start]
+    # runs submitted before it are served first: they hold the Ray or soon will
+    held = sum(float(j.metadata[needs.SHARE_KEY]) for j in running + ahead)
+    if held + admission.share <= needs.HEAD_SHARE + 1e-9:
+        return   # it fits: PENDING only while Ray sets up its environment
     progress(f"queued: the run waits for {admission.asked}; {len(running)} run(s) hold "
              f"{jobs.endpoint.label}'s resources now, {len(ahead)} wait ahead of it")
 

@@ -128,3 +128,41 @@ def test_a_stuck_run_is_reported_with_what_it_waits_for():
     said.clear()
     stalled(_Jobs("RUNNING", demand=False), "j", admission, 240.0, said.append)
     assert said == []   # slow, not stuck: nothing waits for resources
+
+
+class _Listed:
+    """A job as Ray's job list gives it: submission id, status, start time, metadata."""
+
+    def __init__(self, job_id: str, status: str, start: int, share: float) -> None:
+        self.submission_id, self.status, self.start_time = job_id, status, start
+        self.metadata = {needs.SHARE_KEY: str(share)}
+
+
+class _Queue:
+    def __init__(self, listed: list[_Listed]) -> None:
+        self.listed = listed
+        self.endpoint = type("Endpoint", (), {"label": "the embedded Ray"})()
+
+    def status(self, job_id: str) -> str:
+        return next(str(j.status) for j in self.listed if j.submission_id == job_id)
+
+    def list(self) -> list[_Listed]:
+        return self.listed
+
+
+def test_a_run_submitted_behind_others_says_it_is_queued_even_before_they_start():
+    from orchestrator.jobs.experiment import queued
+
+    admission = needs.admit(needs.of(config({})), capacity(CPU=4.0))
+    share = admission.share
+    said: list[str] = []
+    # ten submitted together: the two before it still set up their environments (PENDING)
+    ahead = [_Listed(f"a{i}", "PENDING", i, share) for i in range(2)]
+    queued(_Queue([*ahead, _Listed("me", "PENDING", 5, share)]), "me", admission, said.append)
+    assert said == ["queued: the run waits for 2 CPUs (1 worker x 1 CPU + 1 CPU for Ray Data); "
+                    "0 run(s) hold the embedded Ray's resources now, 2 wait ahead of it"]
+    said.clear()
+    # the first of them: nothing ahead, it fits
+    queued(_Queue([_Listed("me", "PENDING", 0, share), *ahead[1:]]), "me", admission,
+           said.append)
+    assert said == []
