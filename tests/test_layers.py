@@ -11,8 +11,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "orchestrator"
 
 # Lowest first. A module may import from its own layer and from any layer below it.
 LAYERS = [
-    {"errors", "contract", "util", "yamlload", "output", "actions", "__init__"},
-    {"providers", "trainers", "state", "workload"},
+    {"errors", "contract", "util", "yamlload", "output", "actions", "cluster_settings", "__init__"},
+    {"providers", "trainers", "state", "workload", "head"},
     {"language"},
     {"render"},
     {"launch"},
@@ -24,6 +24,8 @@ LAYERS = [
 # The code that runs on the cluster ships with the job: it may use only these. (Above it, the
 # client may read what it writes, e.g. `orchestrate results` reads a run's files through it.)
 WORKLOAD_MAY_USE = {"workload", "contract", "util"}
+# What runs on a cluster's head outside jobs (autostop, the log archive): copied there alone.
+HEAD_MAY_USE = {"head"}
 
 
 def top(module: str) -> str:
@@ -91,6 +93,13 @@ def test_the_workload_uses_only_what_ships_with_it():
     outside = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
                for path in modules() if "workload" in path.relative_to(PACKAGE).parts
                for line, target in imports(path) if top(target) not in WORKLOAD_MAY_USE]
+    assert not outside, "\n".join(outside)
+
+
+def test_what_runs_on_the_head_uses_only_what_is_copied_there():
+    outside = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
+               for path in modules() if "head" == path.relative_to(PACKAGE).parts[0]
+               for line, target in imports(path) if top(target) not in HEAD_MAY_USE]
     assert not outside, "\n".join(outside)
 
 

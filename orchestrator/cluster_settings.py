@@ -1,0 +1,38 @@
+"""orchestrate's own settings in a cluster file, beside Ray's keys: `autostop`, `archive` and
+`host_price_per_hour`.
+
+The user writes them at the top level of the cluster file; loading moves them under
+`metadata.orchestrate` of the Ray config (`metadata` is the field Ray's schema keeps for its
+users and never interprets). So `ray up` accepts the rendered config, a plan sees a change of
+them like any other field, and the head reads them from the copy Ray leaves there
+(`~/ray_bootstrap_config.yaml`, synced again by `ray up --no-restart`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+KEY = "orchestrate"                                        # under Ray's `metadata`
+OWN_KEYS = ("autostop", "archive", "host_price_per_hour")  # top-level keys in the user's file
+
+
+def of(config: dict[str, Any]) -> dict[str, Any]:
+    """orchestrate's settings carried in a Ray config (empty when it has none)."""
+    found = (config.get("metadata") or {}).get(KEY) or {}
+    return dict(found) if isinstance(found, dict) else {}
+
+
+def autostop(config: dict[str, Any]) -> dict[str, Any] | None:
+    """`{idle_minutes, max_uptime_minutes, ignore_ssh_sessions}` as given, or None: no autostop."""
+    found = of(config).get("autostop")
+    return dict(found) if isinstance(found, dict) and found else None
+
+
+def archive(config: dict[str, Any]) -> str | None:
+    """Where logs go before the cluster goes down (`s3://bucket/prefix`, `file:///folder`)."""
+    found = of(config).get("archive")
+    return str(found) if found else None
+
+
+def host_price(config: dict[str, Any]) -> float:
+    """An on-prem host's price per hour, in USD (0 unless the file says)."""
+    return float(of(config).get("host_price_per_hour") or 0.0)
