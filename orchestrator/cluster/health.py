@@ -17,11 +17,13 @@ class Health:
     session: str                      # Ray's session name: changes when Ray restarts
     resources: dict[str, float] = field(default_factory=dict)   # totals over the alive nodes
     node_ips: tuple[str, ...] = ()
+    # Alive nodes per node type, as Ray's autoscaler reports them (empty: it did not say)
+    node_types: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {"nodes_alive": self.nodes_alive, "nodes_dead": self.nodes_dead,
                 "session": self.session, "resources": self.resources,
-                "node_ips": list(self.node_ips)}
+                "node_ips": list(self.node_ips), "node_types": self.node_types}
 
 
 def _get(endpoint: Endpoint, path: str, timeout: float) -> Any:
@@ -54,7 +56,23 @@ def probe(endpoint: Endpoint, *, timeout: float = 5) -> Health:
         nodes_alive=len(alive), nodes_dead=len(nodes) - len(alive),
         session=version.get("session_name", ""), resources=totals,
         node_ips=tuple(sorted(n.get("node_ip", "") for n in alive)),
+        node_types=_node_types(endpoint, timeout),
     )
+
+
+def _node_types(endpoint: Endpoint, timeout: float) -> dict[str, int]:
+    """The alive nodes per node type from the autoscaler's report in `/api/cluster_status`
+    (what `ray status` prints as "Active"); empty when there is no report (no autoscaler)."""
+    try:
+        found = get_json(endpoint.address, "/api/cluster_status", endpoint.token,
+                         timeout=timeout)
+    except HttpError:
+        return {}
+    report = (((found or {}).get("data") or {}).get("clusterStatus") or {}) \
+        .get("autoscalerReport") or {}
+    active = report.get("activeNodes") or {}
+    return {str(k): int(v) for k, v in active.items() if isinstance(v, (int, float))} \
+        if isinstance(active, dict) else {}
 
 
 def probe_cluster(record: ClusterRecord, state: State, *, timeout: float = 15) -> Health:

@@ -1,7 +1,8 @@
 """orchestrate apply [PLANFILE | PATH...]: carry out a plan under the project's lock.
 
 Plans again (a saved plan must still be what a plan would be now), asks at a terminal, needs
--y/--auto-approve without one and --allow-destructive for restart, replace, delete and stop.
+-y/--auto-approve without one and --allow-destructive for restart, replace, delete and stop,
+--allow-over-budget for a plan over the project's `budget`.
 Experiments are submitted detached (--wait follows them; exit 1 if one failed).
 """
 from __future__ import annotations
@@ -26,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not ask (needed when no one is at a terminal)")
     parser.add_argument("--allow-destructive", action="store_true",
                         help="allow restart, replace, delete and stop")
+    parser.add_argument("--allow-over-budget", action="store_true",
+                        help="apply a plan that breaks the project's budget, on purpose")
     parser.add_argument("--wait", action="store_true",
                         help="follow the submitted jobs to their end; exit 1 if one failed")
     parser.add_argument("--lock-timeout", type=seconds, default=0, metavar="SECONDS",
@@ -79,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
             ("y", "yes")
 
     options = ApplyOptions(paths=paths, plan_file=plan_file,
-                           allow_destructive=args.allow_destructive, wait=args.wait,
+                           allow_destructive=args.allow_destructive,
+                           allow_over_budget=args.allow_over_budget, wait=args.wait,
                            lock_timeout=args.lock_timeout)
     applied = apply_project(ps, options, info, confirm)
     plan = applied.planned.plan

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             print(idle.describe(report) if report else "the embedded Ray is not running")
         return 0
     records = [pick.cluster(args.name, state)] if args.name else state.store.list_clusters()
-    rows = [{**r.as_dict(), "live": health.live(r, state)} for r in records]
+    rows = [_row(r, state, health.live(r, state)) for r in records]
     if args.format == "json":
         emit_json(rows)
         return 0
@@ -64,6 +64,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _row(record: Any, state: State, live: dict[str, Any]) -> dict[str, Any]:
+    """A cluster's record, what it answers now, and its price (None: no config recorded)."""
+    from ..cluster.health import Health
+    from ..cluster.price import running
+
+    config = state.store.read_rendered(record.name)
+    health = Health(live["nodes_alive"], live["nodes_dead"], live["session"],
+                    node_types=live.get("node_types") or {}) if live["reachable"] else None
+    price = running(config, health, record.created_at if health else None) if config else None
+    return {**record.as_dict(), "live": live, "price": price}
+
+
+def _money(price: dict[str, Any] | None, key: str) -> str:
+    from ..providers.cost import money
+
+    return "-" if price is None or (key == "now" and price["hours_up"] is None) \
+        else money(price.get(key)).removesuffix("/h")
+
+
 def _print_clusters(rows: list[dict[str, Any]]) -> None:
     table = []
     for row in rows:
@@ -71,8 +90,21 @@ def _print_clusters(rows: list[dict[str, Any]]) -> None:
         nodes = live.get("nodes_alive") if live["reachable"] else "-"
         where = row["address"] or (f"ssh {row['head_ip']}" if row["head_ip"] else "-")
         verdict = "ok" if live["reachable"] else (live.get("error") or "unreachable")
+        price = row.get("price")
         table.append([row["name"], row["provider"], row["state"], nodes, _resources(live),
+                      _money(price, "now"), _money(price, "at_max"),
                       where, time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated_at"])),
                       verdict])
-    print_table(table, ["NAME", "PROVIDER", "STATE", "NODES", "RESOURCES", "ADDRESS", "UPDATED",
-                        "HEALTH"])
+    print_table(table, ["NAME", "PROVIDER", "STATE", "NODES", "RESOURCES", "$/H NOW", "$/H MAX",
+                        "ADDRESS", "UPDATED", "HEALTH"])
+    sources = sorted({row["price"]["source"] for row in rows
+                      if row.get("price") and row["price"].get("source")})
+    for row in rows:
+        price = row.get("price")
+        if price and price.get("since_up") is not None:
+            print(f"{row['name']}: cost since up at least ${price['since_up']:,.2f} over "
+                  f"{price['hours_up']:.1f} h (the head and min_workers)")
+        for warning in (price or {}).get("warnings") or ():
+            print(f"{row['name']}: warning: {warning}")
+    if sources:
+        print("prices: " + "; ".join(sources))

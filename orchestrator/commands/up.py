@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..output import add_format_argument, confirm, emit_json, info, seconds
 
@@ -40,11 +41,13 @@ def run(args: argparse.Namespace) -> int:
     result = sync.up(project, spec, state, options, info, ask) if project else \
         up(spec, state, options, info, ask)
     record = result.record
+    found = _price(state, record, result.health)
     if args.format == "json":
         emit_json({"action": result.action, "changes": list(result.plan.changes),
                    "plan": result.plan.as_dict(), **record.as_dict(),
                    "project_file": str(project.file) if project else None,
-                   "health": result.health.as_dict() if result.health else None})
+                   "health": result.health.as_dict() if result.health else None,
+                   "price": found})
         return 0
     if result.action == "unchanged":
         info(f"cluster {record.name} is up and unchanged; nothing to do")
@@ -52,9 +55,22 @@ def run(args: argparse.Namespace) -> int:
         info(f"cluster {record.name} {result.action}")
     if result.health:
         info(f"  nodes alive: {result.health.nodes_alive}")
+    if found is not None:
+        from ..cluster.price import lines
+
+        for line in lines(found):
+            info(f"  {line}")
     if record.address:
         info(f"  job submission address: {record.address}")
     else:
         info(f"  dashboard on the head's loopback; reach it through `orchestrate` commands "
              f"(an SSH forward to {record.head_ip})")
     return 0
+
+
+def _price(state: Any, record: Any, health: Any) -> dict[str, Any] | None:
+    """The cluster's price now and at min/max workers (None: its config is not recorded)."""
+    from ..cluster.price import running
+
+    config = state.store.read_rendered(record.name)
+    return running(config, health, record.created_at) if config else None

@@ -30,6 +30,7 @@ class ApplyOptions:
     paths: tuple[str, ...] = ()
     plan_file: Path | None = None
     allow_destructive: bool = False
+    allow_over_budget: bool = False
     wait: bool = False
     lock_timeout: float = 0
 
@@ -86,6 +87,13 @@ def apply_project(ps: ProjectState, options: ApplyOptions, progress: Progress,
             raise OrchestrateError(f"the plan has destructive changes: {listed}; nothing was "
                                    f"changed", hint="review them, then apply with "
                                                     "--allow-destructive")
+        over = plan.cost.over if plan.cost is not None else ()
+        if over and not options.allow_over_budget:
+            raise OrchestrateError("the plan is over the project's budget: " + "; ".join(over)
+                                   + "; nothing was changed",
+                                   hint="lower max_workers or pick cheaper instances, raise "
+                                        f"`budget` in {ps.project.file}, or apply with "
+                                        "--allow-over-budget on purpose")
         _check_submissions(planned)
         if not confirm(report.text(plan) + "\n\nApply these changes?"):
             raise OrchestrateError("cancelled; nothing was changed")

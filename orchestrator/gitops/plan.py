@@ -94,7 +94,8 @@ def make_plan(ps: ProjectState, options: PlanOptions) -> Planned:
         live = refresh(doc, ps, {d.name: d for d in desired if d.kind == "cluster"})
     else:
         live = Live(False)
-    plan = dataclasses.replace(plan_project(desired, doc, live, partial=partial),
+    plan = dataclasses.replace(plan_project(desired, doc, live, partial=partial,
+                                            budget=ps.project.budget),
                                project_file=str(ps.project.file))
     return Planned(plan, {d.address: d for d in desired}, doc,
                    [ps.project.relative(path) for path in files], live)

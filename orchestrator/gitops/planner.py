@@ -23,8 +23,10 @@ from typing import Any
 from ..actions import GROUPS, Action
 from ..cluster.plan import Recorded, plan_cluster
 from ..errors import Problem, SpecError
+from ..language.project import Budget
 from ..state import UP, ClusterRecord
 from ..state.document import Entry, StateDoc, address
+from .cost import PlanCost, plan_cost
 from .desired import Desired
 from .live import RUNNING, Live
 
@@ -46,13 +48,17 @@ class Change:
     cluster: str | None = None          # an experiment's cluster (None: the embedded Ray)
     destructive: bool = False
     runs: tuple[str, ...] = ()          # a cluster whose file is gone: what its teardown runs
+    price: dict[str, Any] | None = None  # a cluster's: `cost.ClusterCost.as_dict()`
 
     def as_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "kind": self.kind, "name": self.name,
-                "file": self.file, "action": self.action, "reason": self.reason,
-                "destructive": self.destructive, "before": self.before, "after": self.after,
-                "fields": list(self.fields), "interrupts": list(self.interrupts),
-                "cluster": self.cluster, "runs": list(self.runs)}
+        found = {"address": self.address, "kind": self.kind, "name": self.name,
+                 "file": self.file, "action": self.action, "reason": self.reason,
+                 "destructive": self.destructive, "before": self.before, "after": self.after,
+                 "fields": list(self.fields), "interrupts": list(self.interrupts),
+                 "cluster": self.cluster, "runs": list(self.runs)}
+        if self.price is not None:
+            found["price"] = self.price
+        return found
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class ProjectPlan:
     changes: tuple[Change, ...] = ()
     drift: tuple[Drift, ...] = ()
     project_file: str = ""              # the orchestrate.yaml planned (named in every output)
+    cost: PlanCost | None = None        # the clusters' prices before and after, the budget
 
     @property
     def actions(self) -> tuple[Change, ...]:
@@ -231,17 +238,41 @@ def _check_clusters(experiments: dict[str, Desired], clusters: dict[str, Desired
         raise SpecError(problems)
 
 
+def _priced(changes: list[Change], clusters: dict[str, Desired], doc: StateDoc,
+            budget: Budget | None) -> tuple[list[Change], PlanCost]:
+    """Each cluster change with its price before and after; the plan's cost, with the clusters
+    the plan leaves alone (a partial plan's others) counted in the project's total."""
+    recorded = doc.entries("cluster")
+    rows: list[tuple[str, bool, dict[str, Any] | None, dict[str, Any] | None]] = []
+    for change in changes:
+        entry, item = recorded.get(change.name), clusters.get(change.name)
+        before = _mapping(entry.get("config")) or None if entry else None
+        rows.append((change.address, True, before, item.config if item else None))
+    planned = {c.name for c in changes}
+    for name, entry in sorted(recorded.items()):
+        if name not in planned:
+            config = _mapping(entry.get("config")) or None
+            rows.append((address("cluster", name), False, config, config))
+    cost = plan_cost(rows, budget)
+    priced = []
+    for change in changes:
+        found = cost.of(change.address)
+        priced.append(dataclasses.replace(change, price=found.as_dict() if found else None))
+    return priced, cost
+
+
 def plan_project(desired: list[Desired], doc: StateDoc, live: Live, *,
-                 partial: bool = False) -> ProjectPlan:
+                 partial: bool = False, budget: Budget | None = None) -> ProjectPlan:
     clusters = {d.name: d for d in desired if d.kind == "cluster"}
     experiments = {d.name: d for d in desired if d.kind == "experiment"}
     _check_clusters(experiments, clusters, doc)
     cluster_changes, cluster_drift = _cluster_changes(clusters, doc, live, partial)
+    cluster_changes, cost = _priced(cluster_changes, clusters, doc, budget)
     experiment_changes, experiment_drift = _experiment_changes(experiments, doc, live, partial)
     leaving = [c for c in experiment_changes if c.action in LEAVING]
     coming = [c for c in experiment_changes if c.action not in LEAVING]
     cluster_changes.sort(key=lambda c: (c.action is not Action.DESTROY, c.name))
     return ProjectPlan(doc.project, doc.lineage, doc.serial, partial, live.refreshed,
                        tuple(leaving + cluster_changes + coming),
-                       tuple(cluster_drift + experiment_drift))
+                       tuple(cluster_drift + experiment_drift), cost=cost)
 

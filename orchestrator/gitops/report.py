@@ -16,6 +16,7 @@ from typing import Any
 from ..actions import Action
 from ..errors import StateError
 from ..util.files import atomic_write
+from .cost import ClusterCost, PlanCost, money, signed
 from .planner import Change, Drift, ProjectPlan
 
 FORMAT_VERSION = 1
@@ -46,13 +47,57 @@ def as_json(plan: ProjectPlan, commit: str | None) -> dict[str, Any]:
             "lineage": plan.lineage, "serial": plan.serial, "git_commit": commit,
             "partial": plan.partial, "refreshed": plan.refreshed,
             "changes": [c.as_dict() for c in plan.changes],
-            "drift": [d.as_dict() for d in plan.drift], "summary": plan.summary()}
+            "drift": [d.as_dict() for d in plan.drift], "summary": plan.summary(),
+            **({"cost": plan.cost.as_dict()} if plan.cost is not None else {})}
+
+
+def _range(price: dict[str, float | None] | None) -> str:
+    """`$1.20/h-$4.80/h` (workers at min, at max), `none` when there is no cluster."""
+    if price is None:
+        return "none"
+    low, high = price.get("at_min"), price.get("at_max")
+    return money(low) if low == high else f"{money(low)} to {money(high)}"
+
+
+def price_line(change: Change) -> str | None:
+    """A cluster change's price: before -> after, workers at min_workers to max_workers."""
+    if change.price is None:
+        return None
+    price = change.price
+    if change.action is Action.NOOP or price.get("before") == price.get("after"):
+        return f"price: {_range(price.get('after'))} (workers at min to max)"
+    return (f"price: {_range(price.get('before'))} -> {_range(price.get('after'))} (workers at "
+            f"min to max; {signed(price.get('change_at_max'))} at max)")
+
+
+def cost_lines(cost: PlanCost | None) -> list[str]:
+    """The project's total at max_workers, where prices come from, and the budget."""
+    if cost is None or not cost.clusters:
+        return []
+    out = [f"Cost at max_workers: {money(cost.before)} -> {money(cost.after)} "
+           f"({signed(cost.change)})" + (f"; {cost.source}" if cost.source else "")]
+    out += [f"  warning: {c.address}: {w}" for c in cost.clusters for w in c.warnings]
+    if cost.budget is not None:
+        caps = [f"max_hourly {money(cost.budget.max_hourly)}"
+                if cost.budget.max_hourly is not None else "",
+                f"max_cluster_hourly {money(cost.budget.max_cluster_hourly)}"
+                if cost.budget.max_cluster_hourly is not None else ""]
+        caps_text = ", ".join(c for c in caps if c)
+        if cost.over:
+            out.append(f"Over budget ({caps_text}): apply needs --allow-over-budget")
+            out += [f"  ! {why}" for why in cost.over]
+        else:
+            out.append(f"Within budget ({caps_text}).")
+    return out
 
 
 def _lines(change: Change) -> list[str]:
     lines = [f"{change.action.symbol:>3} {change.address}: {change.action} "
              f"({change.reason})" + (f"  [{change.file}]" if change.file else "")]
     lines += [f"      {field}" for field in change.fields]
+    price = price_line(change)
+    if price:
+        lines.append(f"      {price}")
     if change.interrupts:
         lines.append(f"      interrupts running jobs: {', '.join(change.interrupts)}")
     if change.runs:
@@ -78,6 +123,9 @@ def text(plan: ProjectPlan) -> str:
     if plan.destructive:
         out += ["", f"{len(plan.destructive)} destructive change(s): apply needs "
                     f"--allow-destructive"]
+    costs = cost_lines(plan.cost)
+    if costs:
+        out += ["", *costs]
     out += ["", summary_line(plan)]
     return "\n".join(out)
 
@@ -111,7 +159,35 @@ def markdown(plan: ProjectPlan, commit: str | None) -> str:
     if plan.destructive:
         out += ["", f":warning: {len(plan.destructive)} destructive change(s): apply needs "
                     f"`--allow-destructive`."]
+    out += _cost_markdown(plan.cost)
     return "\n".join(out) + "\n"
+
+
+def _cost_markdown(cost: PlanCost | None) -> list[str]:
+    if cost is None or not cost.clusters:
+        return []
+    out = ["", "**Cost** (list prices per hour; workers at min_workers to max_workers):", "",
+           "| cluster | before | after | change at max |", "|---|---|---|---|"]
+
+    def row(item: ClusterCost) -> str:
+        price = item.as_dict()
+        return (f"| `{item.address}` | {_range(price['before'])} | {_range(price['after'])} | "
+                f"{signed(item.change)} |")
+
+    out += [row(item) for item in cost.clusters]
+    out.append(f"| **total at max_workers** | **{money(cost.before)}** | "
+               f"**{money(cost.after)}** | **{signed(cost.change)}** |")
+    if cost.source:
+        out += ["", f"Prices: {_cell(cost.source)}."]
+    warnings = [f"- `{c.address}`: {_cell(w)}" for c in cost.clusters for w in c.warnings]
+    if warnings:
+        out += ["", ":warning: Unknown prices:", "", *warnings]
+    if cost.over:
+        out += ["", ":no_entry: **Over budget**: apply needs `--allow-over-budget`.", ""]
+        out += [f"- {_cell(why)}" for why in cost.over]
+    elif cost.budget is not None:
+        out += ["", "Within budget."]
+    return out
 
 
 def _cell(value: str) -> str:
@@ -168,7 +244,10 @@ def from_json(document: dict[str, Any]) -> ProjectPlan:
         return Change(**values)
 
     changes = tuple(change(c) for c in document["changes"])
+    cost = None
+    if document.get("cost") is not None:
+        cost = PlanCost.from_dict(document["cost"])
     return ProjectPlan(document["project"], document["lineage"], document["serial"],
                        document["partial"], document["refreshed"], changes,
                        tuple(Drift(**d) for d in document["drift"]),
-                       str(document.get("project_file") or ""))
+                       str(document.get("project_file") or ""), cost)

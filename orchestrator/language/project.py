@@ -26,6 +26,15 @@ SECRETS_ENV = "ORCHESTRATE_SECRETS"
 
 
 @dataclass(frozen=True)
+class Budget:
+    """The project's cap on its clusters' list price, USD per hour at max_workers (None: no cap)."""
+
+    max_hourly: float | None = None          # all clusters together
+    max_cluster_hourly: float | None = None  # any one cluster
+    line: int | None = None                  # of `budget:` in the project file
+
+
+@dataclass(frozen=True)
 class ProjectSpec:
     name: str
     file: Path                      # the project file, absolute
@@ -34,6 +43,7 @@ class ProjectSpec:
     state: str                      # "" = a folder under ORCHESTRATE_HOME
     secrets: str                    # "file" | env://PREFIX | aws-sm://PREFIX
     source: Document | None = None
+    budget: Budget | None = None
 
     @property
     def root(self) -> Path:
@@ -149,7 +159,16 @@ def load_project(path: str | Path) -> ProjectSpec:
                        exclude=tuple(data.get("exclude") or ()),
                        state=os.environ.get(STATE_ENV) or data.get("state") or "",
                        secrets=os.environ.get(SECRETS_ENV) or data.get("secrets") or "file",
-                       source=doc)
+                       source=doc, budget=_budget(doc))
+
+
+def _budget(doc: Document) -> Budget | None:
+    given = doc.data.get("budget")
+    if not given:
+        return None
+    return Budget(max_hourly=given.get("max_hourly"),
+                  max_cluster_hourly=given.get("max_cluster_hourly"),
+                  line=doc.line_of(("budget",)))
 
 
 def project_for(explicit: str | None, start: Path) -> ProjectSpec:

@@ -1,0 +1,190 @@
+"""What a plan costs: each cluster's list price per hour before and after it (with its workers at
+min_workers and at max_workers), the project's total at max_workers, and the budget.
+
+    plan_cost(clusters, unplanned, budget) -> PlanCost
+
+Pure: prices come from the catalog shipped with the package (`providers.cost`). A price the
+catalog lacks is unknown, never guessed: a total that counts it is unknown too, and a budget
+cannot pass a cluster the plan creates or makes dearer whose price is unknown.
+
+A plan is over budget when, after it, a cap is exceeded by something the plan makes dearer: a
+cluster it creates or changes whose price at max_workers rose above `max_cluster_hourly`, or a
+rise of the total above `max_hourly`. A plan that lowers the cost is never refused.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..language.project import Budget
+
+CURRENCY = "USD"
+
+
+@dataclass(frozen=True)
+class Hourly:
+    """A cluster's list price per hour, its workers at min_workers and at max_workers."""
+
+    at_min: float | None
+    at_max: float | None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {"at_min": _round(self.at_min), "at_max": _round(self.at_max)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Hourly | None:
+        return None if data is None else cls(data.get("at_min"), data.get("at_max"))
+
+
+@dataclass(frozen=True)
+class ClusterCost:
+    address: str
+    before: Hourly | None            # None: no such cluster before the plan
+    after: Hourly | None             # None: none after it (deleted)
+    warnings: tuple[str, ...] = ()   # prices the catalog lacks
+
+    @property
+    def change(self) -> float | None:
+        """The change at max_workers (None: unknown)."""
+        before = 0.0 if self.before is None else self.before.at_max
+        after = 0.0 if self.after is None else self.after.at_max
+        return None if before is None or after is None else after - before
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"before": self.before.as_dict() if self.before else None,
+                "after": self.after.as_dict() if self.after else None,
+                "change_at_max": _round(self.change), "warnings": list(self.warnings)}
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    clusters: tuple[ClusterCost, ...]   # the planned clusters, then those the plan leaves alone
+    source: str                         # where the prices come from, and their date
+    budget: Budget | None = None
+    over: tuple[str, ...] = ()          # why the plan breaks the budget (empty: it does not)
+
+    @property
+    def before(self) -> float | None:
+        return _total(c.before for c in self.clusters)
+
+    @property
+    def after(self) -> float | None:
+        return _total(c.after for c in self.clusters)
+
+    @property
+    def change(self) -> float | None:
+        before, after = self.before, self.after
+        return None if before is None or after is None else after - before
+
+    def of(self, address: str) -> ClusterCost | None:
+        return next((c for c in self.clusters if c.address == address), None)
+
+    def as_dict(self) -> dict[str, Any]:
+        budget = None if self.budget is None else {
+            "max_hourly": self.budget.max_hourly,
+            "max_cluster_hourly": self.budget.max_cluster_hourly}
+        return {"currency": CURRENCY, "source": self.source,
+                "before_at_max": _round(self.before), "after_at_max": _round(self.after),
+                "change_at_max": _round(self.change), "budget": budget,
+                "over_budget": list(self.over),
+                "clusters": {c.address: c.as_dict() for c in self.clusters}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PlanCost:
+        """A saved plan's cost (its `cost`)."""
+        given = data.get("budget")
+        clusters: dict[str, dict[str, Any]] = data.get("clusters") or {}
+        budget = None if not given else Budget(given.get("max_hourly"),
+                                               given.get("max_cluster_hourly"))
+        costs = tuple(ClusterCost(address, Hourly.from_dict(price.get("before")),
+                                  Hourly.from_dict(price.get("after")),
+                                  tuple(price.get("warnings") or ()))
+                      for address, price in clusters.items())
+        return cls(costs, str(data.get("source") or ""), budget,
+                   tuple(data.get("over_budget") or ()))
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _total(prices: Iterable[Hourly | None]) -> float | None:
+    total = 0.0
+    for price in prices:
+        if price is None:
+            continue
+        if price.at_max is None:
+            return None
+        total += price.at_max
+    return total
+
+
+def money(value: float | None) -> str:
+    """`$1.23/h`; `unknown` for a price the catalog lacks."""
+    return "unknown" if value is None else f"${value:,.2f}/h"
+
+
+def signed(value: float | None) -> str:
+    if value is None:
+        return "unknown"
+    return ("+" if value >= 0 else "-") + f"${abs(value):,.2f}/h"
+
+
+def hourly_of(config: dict[str, Any] | None) -> tuple[Hourly | None, tuple[str, ...], str]:
+    """A Ray config's price (None: no config), the catalog's warnings, and its source. A
+    recorded config is data: whatever it holds gives an unknown price, never an error."""
+    if config is None:
+        return None, (), ""
+    from ..providers.cost import cluster_price
+
+    try:
+        price = cluster_price(config)
+    except Exception as exc:  # noqa: BLE001 - a damaged record prices as unknown
+        return Hourly(None, None), (f"its price cannot be worked out: {exc}",), ""
+    return Hourly(price.at_min, price.at_max), tuple(price.warnings), price.source
+
+
+def plan_cost(clusters: list[tuple[str, bool, dict[str, Any] | None, dict[str, Any] | None]],
+              budget: Budget | None) -> PlanCost:
+    """`clusters`: (address, planned, config before, config after) for every cluster the
+    project has or will have; `planned` False for a cluster the plan leaves alone (a partial
+    plan's others), whose before and after are the same."""
+    costs: list[ClusterCost] = []
+    sources: list[str] = []
+    planned: set[str] = set()
+    for address, is_planned, before_config, after_config in clusters:
+        before, warned_before, source_before = hourly_of(before_config)
+        after, warned_after, source_after = hourly_of(after_config)
+        sources += [s for s in (source_before, source_after) if s and s not in sources]
+        costs.append(ClusterCost(address, before, after,
+                                 tuple(dict.fromkeys(warned_after or warned_before))))
+        if is_planned:
+            planned.add(address)
+    cost = PlanCost(tuple(costs), "; ".join(sources), budget)
+    return PlanCost(cost.clusters, cost.source, budget, over_budget(cost, planned))
+
+
+def over_budget(cost: PlanCost, planned: set[str]) -> tuple[str, ...]:
+    budget = cost.budget
+    if budget is None:
+        return ()
+    over: list[str] = []
+    dearer = [c for c in cost.clusters if c.address in planned and c.after is not None
+              and (c.change is None or c.change > 1e-9)]
+    for item in dearer:
+        assert item.after is not None
+        if item.after.at_max is None:
+            over.append(f"{item.address}: its price is unknown, so the budget cannot be checked"
+                        + (f" ({item.warnings[0]})" if item.warnings else ""))
+        elif budget.max_cluster_hourly is not None and \
+                item.after.at_max > budget.max_cluster_hourly + 1e-9:
+            over.append(f"{item.address} costs {money(item.after.at_max)} at max_workers, over "
+                        f"the budget's max_cluster_hourly of {money(budget.max_cluster_hourly)}")
+    total, change = cost.after, cost.change
+    if budget.max_hourly is not None and total is not None and \
+            total > budget.max_hourly + 1e-9 and (change is None or change > 1e-9):
+        over.append(f"the project's clusters cost {money(total)} at max_workers after this "
+                    f"plan ({signed(change)}), over the budget's max_hourly of "
+                    f"{money(budget.max_hourly)}")
+    return tuple(over)
