@@ -14,12 +14,15 @@ import re
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..errors import Problem
 from ..util.progress import Progress
 from ..util.text import close_matches
 from ..yamlload import Document
+
+if TYPE_CHECKING:
+    from .cost import NodePrice
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -151,6 +154,21 @@ class Provider(Protocol):
     def after_down(self, config: Config, progress: Progress) -> list[str]:
         """What tearing the cluster down leaves to do on the site (on-prem: the hosts outlive
         it); returns a warning per host it could not reach."""
+
+    # --- prices (orchestrator.providers.cost) ---
+    def price_layout(self, config: Config) -> Config:
+        """`head_node_type`, `available_node_types` and `max_workers` as the cluster runs them:
+        the config's own, Ray's default node types when it names none, on-prem the hosts."""
+
+    def node_price(self, config: Config, name: str, node_type: Config) -> NodePrice:
+        """One node type's price per hour: its instance type in the provider's region (and
+        zone), spot where its node_config asks for it; on-prem the file's host price."""
+
+    def price_warning(self, config: Config, name: str, node_type: Config) -> str | None:
+        """Why `node_price` is unknown, naming the field path; None when it is known."""
+
+    def price_source(self, config: Config) -> str:
+        """Where the prices come from, printed beside them."""
 
     # --- preflight (orchestrate check, up) ---
     def credentials(self) -> CheckResult:
