@@ -22,6 +22,7 @@ from .base import (
     ClusterView,
     Config,
     FieldPath,
+    NodePrice,
     compare_quota,
     listing,
     node_path,
@@ -30,7 +31,6 @@ from .base import (
     suggest,
     worst_case,
 )
-from .cost import NodePrice
 
 NAME = "aws"
 EXTRA = "aws"

@@ -24,6 +24,7 @@ from .base import (
     ClusterView,
     Config,
     FieldPath,
+    NodePrice,
     compare_quota,
     node_path,
     node_types,
@@ -31,7 +32,6 @@ from .base import (
     suggest,
     worst_case,
 )
-from .cost import NodePrice
 
 NAME = "azure"
 EXTRA = "azure"

@@ -14,15 +14,12 @@ import re
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..errors import Problem
 from ..util.progress import Progress
 from ..util.text import close_matches
 from ..yamlload import Document
-
-if TYPE_CHECKING:
-    from .cost import NodePrice
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -51,6 +48,17 @@ class CheckResult:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "detail": self.detail,
                 "hint": self.hint, "field": self.field, "line": self.line}
+
+
+@dataclass(frozen=True)
+class NodePrice:
+    """One node type's price (`Provider.node_price`; orchestrator.providers.cost sums them)."""
+
+    node_type: str
+    instance: str          # instance/machine type; "host" on-prem
+    region: str            # "" on-prem
+    spot: bool
+    hourly: float | None   # USD per hour; None: unknown (not in the catalog)
 
 
 class ClusterView(Protocol):

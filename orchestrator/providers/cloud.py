@@ -11,8 +11,7 @@ from ..errors import Problem
 from ..util.progress import Progress
 from ..yamlload import Document
 from . import prices
-from .base import WARN, CheckResult, ClusterView, Config, FieldPath, node_path
-from .cost import NodePrice
+from .base import WARN, CheckResult, ClusterView, Config, FieldPath, NodePrice, node_path
 
 LEGACY_KEYS: tuple[str, ...] = ()
 RAY_REPLACES: tuple[str, ...] = ()

@@ -15,16 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .base import node_types, worst_case
+from .base import NodePrice, node_types, worst_case
 
-
-@dataclass(frozen=True)
-class NodePrice:
-    node_type: str
-    instance: str          # instance/machine type; "host" on-prem
-    region: str            # "" on-prem
-    spot: bool
-    hourly: float | None   # USD per hour; None: unknown (not in the catalog)
+__all__ = ["ClusterPrice", "NodePrice", "cluster_price", "money"]
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from .base import (
     ClusterView,
     Config,
     FieldPath,
+    NodePrice,
     compare_quota,
     listing,
     node_path,
@@ -32,7 +33,6 @@ from .base import (
     suggest,
     worst_case,
 )
-from .cost import NodePrice
 
 NAME = "gcp"
 EXTRA = "gcp"

@@ -23,8 +23,7 @@ from .. import cluster_settings
 from ..errors import Problem
 from ..util.progress import Progress
 from ..yamlload import Document
-from .base import OK, WARN, CheckResult, Checks, ClusterView, Config, FieldPath
-from .cost import NodePrice
+from .base import OK, WARN, CheckResult, Checks, ClusterView, Config, FieldPath, NodePrice
 
 NAME = "local"
 EXTRA = None
