@@ -27,7 +27,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable
-from datetime import date
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -129,10 +129,53 @@ def _need(value: Any, kind: type, what: str) -> Any:
     return value
 
 
-def aws_prices(base: str, wanted: dict[str, set[str]], old: Rows) -> Rows:
+def aws_spot_history(wanted: dict[str, set[str]], required: bool) -> dict[tuple[str, str, str], float] | None:
+    """The current Linux spot price per (instance type, region, zone ID) from EC2
+    DescribeSpotPriceHistory (boto3, the usual credentials; AWS_ENDPOINT_URL honoured), or None
+    when boto3 or credentials are missing and `required` is False. Zone names differ per
+    account; zone IDs (usw2-az1), which the catalog keeps, do not."""
+    try:
+        import boto3
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:
+        if required:
+            raise Failed("--aws-spot history needs boto3 (pip install boto3)") from None
+        return None
+    session = boto3.session.Session()
+    if session.get_credentials() is None:
+        if required:
+            raise Failed("--aws-spot history needs AWS credentials") from None
+        return None
+    newest: dict[tuple[str, str, str], tuple[Any, float]] = {}
+    for region in sorted(wanted):
+        try:
+            ec2 = session.client("ec2", region_name=region)
+            ids = {zone["ZoneName"]: zone["ZoneId"]
+                   for zone in ec2.describe_availability_zones()["AvailabilityZones"]}
+            pages = ec2.get_paginator("describe_spot_price_history").paginate(
+                InstanceTypes=sorted(wanted[region]), ProductDescriptions=["Linux/UNIX"],
+                StartTime=datetime.now(timezone.utc))
+            for page in pages:
+                for item in page.get("SpotPriceHistory") or []:
+                    if not str(item.get("ProductDescription", "")).startswith("Linux/UNIX"):
+                        continue
+                    zone = ids.get(item["AvailabilityZone"], item["AvailabilityZone"])
+                    key = (item["InstanceType"], region, zone)
+                    entry = (item.get("Timestamp"), float(item["SpotPrice"]))
+                    if key not in newest or str(entry[0]) > str(newest[key][0]):
+                        newest[key] = entry
+        except (BotoCoreError, ClientError) as exc:
+            raise Failed(f"EC2 DescribeSpotPriceHistory in {region}: {exc}") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise Failed(f"malformed reply: EC2 DescribeSpotPriceHistory in {region}: {exc!r}") from None
+    return {key: price for key, (_, price) in newest.items()}
+
+
+def aws_prices(base: str, wanted: dict[str, set[str]], old: Rows,
+               history: dict[tuple[str, str, str], float] | None) -> Rows:
     """On-demand from the bulk offer file of each region (Linux, Shared tenancy, no
-    pre-installed software, capacity used). AWS publishes no spot price list: the spot figures
-    are kept from the current catalog (DescribeSpotPriceHistory needs an account)."""
+    pre-installed software, capacity used). AWS publishes no spot price list: spot comes from
+    `history` (DescribeSpotPriceHistory) when given, else is kept from the current catalog."""
     index = fetch_json(f"{base}/offers/v1.0/aws/AmazonEC2/current/region_index.json")
     regions = _need(index.get("regions") if isinstance(index, dict) else None, dict,
                     "region_index.json: regions")
@@ -140,6 +183,11 @@ def aws_prices(base: str, wanted: dict[str, set[str]], old: Rows) -> Rows:
     zones: dict[tuple[str, str], list[str]] = {}
     for row in old:
         zones.setdefault((row[0], row[1]), []).append(row[2])
+    if history is not None:
+        spots = {key: fmt(price) for key, price in history.items()}
+        for machine, region, zone in history:
+            if zone not in zones.setdefault((machine, region), []):
+                zones[(machine, region)].append(zone)
     rows: Rows = []
     for region in sorted(wanted):
         entry = _need(regions.get(region), dict, f"region_index.json: regions.{region}")
@@ -159,7 +207,9 @@ def aws_prices(base: str, wanted: dict[str, set[str]], old: Rows) -> Rows:
                 continue
             price = _aws_on_demand(terms.get(sku), f"{region} {machine} ({sku})")
             for zone in zones.get((machine, region)) or [""]:
-                rows.append((machine, region, zone, fmt(price), spots.get((machine, region, zone), "")))
+                if zone or history is None:   # a zone-less row only where no zone is known
+                    rows.append((machine, region, zone, fmt(price),
+                                 spots.get((machine, region, zone), "")))
     return rows
 
 
@@ -363,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
     for cloud, url in DEFAULT_URLS.items():
         parser.add_argument(f"--{cloud}-url", default=os.environ.get(
             f"ORCHESTRATE_PRICES_{cloud.upper()}_URL", url))
+    parser.add_argument("--aws-spot", choices=("auto", "history", "keep"), default="auto",
+                        help="AWS spot prices: from EC2 DescribeSpotPriceHistory (history), kept "
+                             "from the current catalog (keep), or history when boto3 and AWS "
+                             "credentials are there (auto)")
     parser.add_argument("--gcp-key-file", type=Path,
                         help="a file holding the API key (default: $GCP_PRICING_API_KEY)")
     args = parser.parse_args(argv)
@@ -424,10 +478,15 @@ def from_apis(args: argparse.Namespace, old: dict[str, Rows]) -> tuple[dict[str,
         return found
 
     if "aws" in clouds:
-        new["aws"] = aws_prices(args.aws_url.rstrip("/"), wanted(old["aws"]), old["aws"])
+        history = None if args.aws_spot == "keep" else \
+            aws_spot_history(wanted(old["aws"]), required=args.aws_spot == "history")
+        new["aws"] = aws_prices(args.aws_url.rstrip("/"), wanted(old["aws"]), old["aws"], history)
+        spot = ("spot from EC2 DescribeSpotPriceHistory (current prices, Linux/UNIX)"
+                if history is not None else "spot figures kept from the previous catalog (AWS "
+                "publishes no spot price list; DescribeSpotPriceHistory needs an account)")
         notes.append(f"- AWS: on-demand from the Price List bulk offer files ({args.aws_url}); "
-                     "spot figures kept from the previous catalog (AWS publishes no spot price "
-                     "list; DescribeSpotPriceHistory needs an account).")
+                     f"{spot}.")
+        print(f"AWS spot: {spot}", file=sys.stderr)
     if "azure" in clouds:
         new["azure"] = azure_prices(args.azure_url.rstrip("/"), wanted(old["azure"]))
         notes.append(f"- Azure: Retail Prices API ({args.azure_url}).")

@@ -44,7 +44,8 @@ class Replies:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,),
+                                       daemon=True)
 
     def answer(self, path: str) -> tuple[int, bytes]:
         parts = urlsplit(path)
@@ -83,9 +84,12 @@ def catalog(tmp_path) -> Path:
     return folder
 
 
-def refresh(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
-    env["GCP_PRICING_API_KEY"] = KEY
+def refresh(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """No proxy, no AWS credentials (unless given) and no instance-metadata probe."""
+    env = {k: v for k, v in os.environ.items()
+           if "proxy" not in k.lower() and not k.startswith("AWS_")}
+    env.update(GCP_PRICING_API_KEY=KEY, AWS_EC2_METADATA_DISABLED="true",
+               AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull, **extra_env)
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
                           env=env, timeout=60)
 
@@ -94,9 +98,10 @@ def rows(path: Path) -> list[tuple[str, ...]]:
     return [tuple(row) for row in list(csv.reader(path.open()))[1:]]
 
 
-def from_apis(replies: Replies, catalog: Path) -> subprocess.CompletedProcess[str]:
+def from_apis(replies: Replies, catalog: Path, *args: str,
+              **env: str) -> subprocess.CompletedProcess[str]:
     return refresh("--out", str(catalog), "--aws-url", replies.base,
-                   "--azure-url", replies.base, "--gcp-url", replies.base)
+                   "--azure-url", replies.base, "--gcp-url", replies.base, *args, **env)
 
 
 def test_rebuilds_the_catalog_from_the_price_apis(replies, catalog):
@@ -126,6 +131,24 @@ def test_rebuilds_the_catalog_from_the_price_apis(replies, catalog):
     assert KEY not in done.stdout + done.stderr + (catalog / "SOURCE.md").read_text()
     assert any("$skip" in path for path in replies.requests)        # followed NextPageLink
     assert any("pageToken=" in path for path in replies.requests)   # followed nextPageToken
+    assert "spot figures kept from the previous catalog" in done.stderr   # no AWS credentials
+
+
+def test_aws_spot_prices_from_the_spot_price_history(replies, catalog, moto_server):
+    """moto's EC2 answers DescribeSpotPriceHistory with 0.00001 in every zone that offers the
+    type; zone names (us-west-2a) become the zone IDs the catalog keeps (usw2-az2)."""
+    done = from_apis(replies, catalog, "--clouds", "aws", "--aws-spot", "history",
+                     AWS_ENDPOINT_URL=moto_server, AWS_ACCESS_KEY_ID="testing",
+                     AWS_SECRET_ACCESS_KEY="testing")
+    assert done.returncode == 0, done.stderr
+    found = rows(catalog / "aws.csv")
+    zones = {(machine, zone) for machine, _, zone, _, _ in found}
+    assert {("g5.xlarge", "usw2-az1"), ("g5.xlarge", "usw2-az2"), ("g5.xlarge", "usw2-az3"),
+            ("m5.2xlarge", "usw2-az1"), ("m5.2xlarge", "usw2-az2")} <= zones
+    assert {(machine, on_demand, spot) for machine, _, _, on_demand, spot in found} == {
+        ("g5.xlarge", "1.006", "0.00001"), ("m5.2xlarge", "0.396", "0.00001")}
+    assert "spot from EC2 DescribeSpotPriceHistory" in (catalog / "SOURCE.md").read_text()
+    assert rows(catalog / "azure.csv")[0][3] == "0.192"       # other clouds untouched
 
 
 @pytest.mark.parametrize("file, body, message", [
