@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.language.cluster import load_cluster
-from orchestrator.providers import prices
+from orchestrator.providers import azure, prices
 from orchestrator.providers.cost import ClusterPrice, NodePrice, cluster_price, money
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "cluster_configs"
@@ -114,6 +114,9 @@ def test_azure_spot_priority():
     assert price.nodes["t4"] == NodePrice("t4", "Standard_NC4as_T4_v3", "eastus", True, 0.062699)
     assert price.at_min == pytest.approx(0.192 + 0.062699)
     assert price.at_max == pytest.approx(0.192 + 2 * 0.062699)
+    # the shorthand's `spot: true` renders to the same priority
+    shorthand = azure.node_config({"instance_type": "Standard_NC4as_T4_v3", "spot": True})
+    assert azure.node_price(config, "t4", {"node_config": shorthand}).hourly == 0.062699
 
 
 def test_gcp_attached_gpus_add_to_the_machine_in_the_zone():
