@@ -22,6 +22,7 @@ from .base import (
     ClusterView,
     Config,
     FieldPath,
+    NodePrice,
     compare_quota,
     listing,
     node_path,
@@ -50,6 +51,28 @@ expected_nodes = cloud.expected_nodes
 not_joined = cloud.not_joined
 launcher_env = cloud.launcher_env
 after_down = cloud.after_down
+price_source = cloud.price_source
+
+
+def price_layout(config: Config) -> Config:
+    return cloud.price_layout(config, NAME)
+
+
+def _priced(config: Config, name: str, node_type: Config) -> tuple[NodePrice, str | None]:
+    """The catalog's spot prices are per zone ID (use1-az1), which maps to the zone names of
+    `provider.availability_zone` differently in each account: spot takes the region's highest."""
+    market = ((node_type.get("node_config") or {}).get("InstanceMarketOptions") or {})
+    spot = str(market.get("MarketType", "")).lower() == "spot"
+    region = str((config.get("provider") or {}).get("region") or "")
+    return cloud.priced(NAME, name, node_type, ("InstanceType",), region, None, spot)
+
+
+def node_price(config: Config, name: str, node_type: Config) -> NodePrice:
+    return _priced(config, name, node_type)[0]
+
+
+def price_warning(config: Config, name: str, node_type: Config) -> str | None:
+    return _priced(config, name, node_type)[1]
 
 
 def problems(doc: Document, data: Config) -> list[Problem]:

@@ -24,6 +24,7 @@ from .base import (
     ClusterView,
     Config,
     FieldPath,
+    NodePrice,
     compare_quota,
     node_path,
     node_types,
@@ -52,6 +53,28 @@ expected_nodes = cloud.expected_nodes
 not_joined = cloud.not_joined
 launcher_env = cloud.launcher_env
 after_down = cloud.after_down
+price_source = cloud.price_source
+
+
+def price_layout(config: Config) -> Config:
+    return cloud.price_layout(config, NAME)
+
+
+def _priced(config: Config, name: str, node_type: Config) -> tuple[NodePrice, str | None]:
+    """The catalog has no zones for Azure: spot takes the region's (location's) price."""
+    params = (node_type.get("node_config") or {}).get("azure_arm_parameters") or {}
+    spot = str(params.get("priority", "")).lower() == "spot"
+    region = str((config.get("provider") or {}).get("location") or "")
+    return cloud.priced(NAME, name, node_type, ("azure_arm_parameters", "vmSize"), region, None,
+                        spot)
+
+
+def node_price(config: Config, name: str, node_type: Config) -> NodePrice:
+    return _priced(config, name, node_type)[0]
+
+
+def price_warning(config: Config, name: str, node_type: Config) -> str | None:
+    return _priced(config, name, node_type)[1]
 DEFAULT_IMAGE = {"imagePublisher": "microsoft-dsvm", "imageOffer": "ubuntu-2004",
                  "imageSku": "2004-gen2", "imageVersion": "latest"}
 

@@ -50,6 +50,17 @@ class CheckResult:
                 "hint": self.hint, "field": self.field, "line": self.line}
 
 
+@dataclass(frozen=True)
+class NodePrice:
+    """One node type's price (`Provider.node_price`; orchestrator.providers.cost sums them)."""
+
+    node_type: str
+    instance: str          # instance/machine type; "host" on-prem
+    region: str            # "" on-prem
+    spot: bool
+    hourly: float | None   # USD per hour; None: unknown (not in the catalog)
+
+
 class ClusterView(Protocol):
     """What the preflight checks read of a validated cluster spec."""
 
@@ -151,6 +162,21 @@ class Provider(Protocol):
     def after_down(self, config: Config, progress: Progress) -> list[str]:
         """What tearing the cluster down leaves to do on the site (on-prem: the hosts outlive
         it); returns a warning per host it could not reach."""
+
+    # --- prices (orchestrator.providers.cost) ---
+    def price_layout(self, config: Config) -> Config:
+        """`head_node_type`, `available_node_types` and `max_workers` as the cluster runs them:
+        the config's own, Ray's default node types when it names none, on-prem the hosts."""
+
+    def node_price(self, config: Config, name: str, node_type: Config) -> NodePrice:
+        """One node type's price per hour: its instance type in the provider's region (and
+        zone), spot where its node_config asks for it; on-prem the file's host price."""
+
+    def price_warning(self, config: Config, name: str, node_type: Config) -> str | None:
+        """Why `node_price` is unknown, naming the field path; None when it is known."""
+
+    def price_source(self, config: Config) -> str:
+        """Where the prices come from, printed beside them."""
 
     # --- preflight (orchestrate check, up) ---
     def credentials(self) -> CheckResult:

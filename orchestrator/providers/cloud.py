@@ -5,10 +5,13 @@ forward, the head's address comes from `ray get-head-ip`, and `ray down` removes
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import Problem
 from ..util.progress import Progress
 from ..yamlload import Document
-from .base import WARN, CheckResult, ClusterView, Config, FieldPath
+from . import prices
+from .base import WARN, CheckResult, ClusterView, Config, FieldPath, NodePrice, node_path
 
 LEGACY_KEYS: tuple[str, ...] = ()
 RAY_REPLACES: tuple[str, ...] = ()
@@ -80,3 +83,50 @@ def node_types_note(spec: ClusterView, name: str) -> list[CheckResult]:
         "node types", WARN, "no available_node_types: Ray fills in its default node types "
         f"for {name}, which are not checked here",
         "describe the node types in the file to have them checked", "available_node_types")]
+
+
+# Ray's default node types (ray/autoscaler/{aws,gcp,azure}/defaults.yaml of Ray 2.60), as far as
+# a price reads them: a file without available_node_types runs these.
+RAY_NODE_TYPES: dict[str, Config] = {
+    "aws": {"head_node_type": "ray.head.default", "available_node_types": {
+        "ray.head.default": {"node_config": {"InstanceType": "m5.large"}},
+        "ray.worker.default": {"min_workers": 0, "node_config": {
+            "InstanceType": "m5.large", "InstanceMarketOptions": {"MarketType": "spot"}}}}},
+    "gcp": {"head_node_type": "ray_head_default", "available_node_types": {
+        "ray_head_default": {"node_config": {"machineType": "n1-standard-2"}},
+        "ray_worker_small": {"min_workers": 0, "node_config": {
+            "machineType": "n1-standard-2", "scheduling": [{"preemptible": True}]}}}},
+    "azure": {"head_node_type": "ray.head.default", "available_node_types": {
+        "ray.head.default": {"node_config": {"azure_arm_parameters": {"vmSize": "Standard_D2s_v3"}}},
+        "ray.worker.default": {"min_workers": 0, "node_config": {"azure_arm_parameters": {
+            "vmSize": "Standard_D2s_v3", "priority": "Spot"}}}}},
+}
+
+
+def price_layout(config: Config, name: str) -> Config:
+    """The config's node types, or Ray's defaults when it names none."""
+    found = config if config.get("available_node_types") else RAY_NODE_TYPES[name]
+    return {"head_node_type": found.get("head_node_type"),
+            "available_node_types": found.get("available_node_types"),
+            "max_workers": config.get("max_workers", 2)}
+
+
+def price_source(config: Config) -> str:
+    return str(prices.CATALOG_SOURCE)
+
+
+def priced(cloud: str, name: str, node_type: Config, field: tuple[str, ...], region: str,
+           zone: str | None, spot: bool) -> tuple[NodePrice, str | None]:
+    """One node type's catalog price, and the warning when the catalog lacks it."""
+    value: Any = node_type.get("node_config") or {}
+    for key in field:
+        value = value.get(key) if isinstance(value, dict) else None
+    instance = str(value or "").rstrip("/").rsplit("/", 1)[-1]   # GCP may give a URL
+    path = ".".join(str(part) for part in node_path(name, *field))
+    hourly = prices.lookup(cloud, instance, region, zone, spot) if instance else None
+    warning = None
+    if hourly is None:
+        what = f"spot {instance}" if spot else instance
+        warning = (f"{path}: {what} in {region or 'no region'} is not in the price catalog; its "
+                   "price is unknown") if instance else f"{path}: not given; the price is unknown"
+    return NodePrice(name, instance, region, spot, hourly), warning

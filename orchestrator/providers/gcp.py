@@ -24,6 +24,7 @@ from .base import (
     ClusterView,
     Config,
     FieldPath,
+    NodePrice,
     compare_quota,
     listing,
     node_path,
@@ -52,6 +53,72 @@ expected_nodes = cloud.expected_nodes
 not_joined = cloud.not_joined
 launcher_env = cloud.launcher_env
 after_down = cloud.after_down
+price_source = cloud.price_source
+
+# GPUs that come with a machine type (A2, G2), priced apart in the catalog (gcp-gpus.csv).
+_BUILT_IN_GPUS = re.compile(r"a2-highgpu-(?P<a100>\d+)g|g2-standard-(?P<g2>\d+)")
+_G2_L4S = {"4": 1, "8": 1, "12": 1, "16": 1, "32": 1, "24": 2, "48": 4, "96": 8}
+
+
+def price_layout(config: Config) -> Config:
+    return cloud.price_layout(config, NAME)
+
+
+def is_spot(node_config: Config) -> bool:
+    """Ray's GCP examples write `scheduling` as a list of dicts, the Compute API as a dict."""
+    scheduling = node_config.get("scheduling") or {}
+    entries = scheduling if isinstance(scheduling, list) else [scheduling]
+    return any(isinstance(entry, dict) and (
+        entry.get("preemptible") is True
+        or str(entry.get("provisioningModel", "")).upper() == "SPOT") for entry in entries)
+
+
+def _accelerators(machine: str, node_config: Config) -> list[tuple[str, int, str]]:
+    """(accelerator type, count, field path inside node_config) of every GPU the node carries."""
+    found = []
+    built_in = _BUILT_IN_GPUS.fullmatch(machine)
+    if built_in and built_in.group("a100"):
+        found.append(("nvidia-tesla-a100", int(built_in.group("a100")), "machineType"))
+    elif built_in and built_in.group("g2") in _G2_L4S:
+        found.append(("nvidia-l4", _G2_L4S[built_in.group("g2")], "machineType"))
+    for index, entry in enumerate(node_config.get("guestAccelerators") or []):
+        if isinstance(entry, dict):
+            kind = str(entry.get("acceleratorType") or "").rstrip("/").rsplit("/", 1)[-1]
+            found.append((kind, int(entry.get("acceleratorCount") or 1),
+                          f"guestAccelerators.{index}.acceleratorType"))
+    return found
+
+
+def _priced(config: Config, name: str, node_type: Config) -> tuple[NodePrice, str | None]:
+    """The machine type's price plus its GPUs' (attached in guestAccelerators, or built into
+    an A2/G2 machine type), in the provider's zone when spot."""
+    from . import prices
+
+    node_config = node_type.get("node_config") or {}
+    provider = config.get("provider") or {}
+    region = str(provider.get("region") or "")
+    zone = str(provider.get("availability_zone") or "") or None
+    spot = is_spot(node_config)
+    machine, warning = cloud.priced(NAME, name, node_type, ("machineType",), region, zone, spot)
+    hourly = machine.hourly
+    for kind, count, field in _accelerators(machine.instance, node_config):
+        gpu = prices.accelerator(NAME, kind, count, region, zone, spot)
+        if gpu is None:
+            hourly = None
+            path = ".".join(str(part) for part in node_path(name, *field.split(".")))
+            warning = warning or (f"{path}: {'spot ' if spot else ''}{count} x {kind} in {region} "
+                                  "is not in the price catalog; its price is unknown")
+        elif hourly is not None:
+            hourly += gpu
+    return NodePrice(name, machine.instance, region, spot, hourly), warning
+
+
+def node_price(config: Config, name: str, node_type: Config) -> NodePrice:
+    return _priced(config, name, node_type)[0]
+
+
+def price_warning(config: Config, name: str, node_type: Config) -> str | None:
+    return _priced(config, name, node_type)[1]
 DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cpu"
 
 

@@ -19,10 +19,11 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from .. import cluster_settings
 from ..errors import Problem
 from ..util.progress import Progress
 from ..yamlload import Document
-from .base import OK, WARN, CheckResult, Checks, ClusterView, Config, FieldPath
+from .base import OK, WARN, CheckResult, Checks, ClusterView, Config, FieldPath, NodePrice
 
 NAME = "local"
 EXTRA = None
@@ -156,6 +157,35 @@ def group_problems(doc: Document, path: FieldPath, group: Config) -> list[Proble
 
 def node_config(group: Config) -> Config:
     return {}
+
+
+NODE_TYPE = "local.cluster.node"   # Ray's name for the on-prem provider's one node type
+
+
+def price_layout(config: Config) -> Config:
+    """The hosts as one node type: the head, and workers up to the listed hosts (Ray's
+    min_workers defaults to their number); with a coordinator, up to max_workers."""
+    ips = (config.get("provider") or {}).get("worker_ips")
+    top = config.get("max_workers")
+    most = len(ips) if isinstance(ips, list) else int(top or 0)
+    if isinstance(top, int):
+        most = min(most, top)
+    least = config.get("min_workers")
+    least = most if not isinstance(least, int) else min(least, most)
+    return {"head_node_type": NODE_TYPE, "max_workers": most, "available_node_types": {
+        NODE_TYPE: {"min_workers": least, "max_workers": most}}}
+
+
+def node_price(config: Config, name: str, node_type: Config) -> NodePrice:
+    return NodePrice(name, "host", "", False, cluster_settings.host_price(config))
+
+
+def price_warning(config: Config, name: str, node_type: Config) -> str | None:
+    return None
+
+
+def price_source(config: Config) -> str:
+    return "prices given in the file"
 
 
 def dashboard_host(config: Config, chosen: str | None) -> str:
