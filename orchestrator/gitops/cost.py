@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..language.project import Budget
+from ..providers.cost import money
 
 CURRENCY = "USD"
 
@@ -120,11 +121,6 @@ def _total(prices: Iterable[Hourly | None]) -> float | None:
     return total
 
 
-def money(value: float | None) -> str:
-    """`$1.23/h`; `unknown` for a price the catalog lacks."""
-    return "unknown" if value is None else f"${value:,.2f}/h"
-
-
 def signed(value: float | None) -> str:
     if value is None:
         return "unknown"
@@ -156,7 +152,9 @@ def plan_cost(clusters: list[tuple[str, bool, dict[str, Any] | None, dict[str, A
     for address, is_planned, before_config, after_config in clusters:
         before, warned_before, source_before = hourly_of(before_config)
         after, warned_after, source_after = hourly_of(after_config)
-        sources += [s for s in (source_before, source_after) if s and s not in sources]
+        for source in (source_before, source_after):
+            if source and source not in sources:
+                sources.append(source)
         costs.append(ClusterCost(address, before, after,
                                  tuple(dict.fromkeys(warned_after or warned_before))))
         if is_planned:

@@ -15,8 +15,9 @@ from typing import Any
 
 from ..actions import Action
 from ..errors import StateError
+from ..providers.cost import money
 from ..util.files import atomic_write
-from .cost import ClusterCost, PlanCost, money, signed
+from .cost import ClusterCost, PlanCost, signed
 from .planner import Change, Drift, ProjectPlan
 
 FORMAT_VERSION = 1
@@ -64,18 +65,21 @@ def price_line(change: Change) -> str | None:
     if change.price is None:
         return None
     price = change.price
-    if change.action is Action.NOOP or price.get("before") == price.get("after"):
-        return f"price: {_range(price.get('after'))} (workers at min to max)"
-    return (f"price: {_range(price.get('before'))} -> {_range(price.get('after'))} (workers at "
-            f"min to max; {signed(price.get('change_at_max'))} at max)")
+    before, after = price.get("before"), price.get("after")
+    if before is None or before == after:
+        return f"price: {_range(after)} (workers at min to max)"
+    change_at_max = price.get("change_at_max")
+    return (f"price: {_range(before)} -> {_range(after)} (workers at min to max"
+            + (f"; {signed(change_at_max)} at max)" if change_at_max is not None else ")"))
 
 
 def cost_lines(cost: PlanCost | None) -> list[str]:
     """The project's total at max_workers, where prices come from, and the budget."""
     if cost is None or not cost.clusters:
         return []
-    out = [f"Cost at max_workers: {money(cost.before)} -> {money(cost.after)} "
-           f"({signed(cost.change)})" + (f"; {cost.source}" if cost.source else "")]
+    out = [f"Cost at max_workers: {money(cost.before)} -> {money(cost.after)}"
+           + (f" ({signed(cost.change)})" if cost.change is not None else "")
+           + (f"; {cost.source}" if cost.source else "")]
     out += [f"  warning: {c.address}: {w}" for c in cost.clusters for w in c.warnings]
     if cost.budget is not None:
         caps = [f"max_hourly {money(cost.budget.max_hourly)}"

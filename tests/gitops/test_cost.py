@@ -9,13 +9,13 @@ import json
 import jsonschema
 import pytest
 import yaml
-from orchestrator.providers.prices import lookup
 
 from orchestrator.gitops import report
 from orchestrator.gitops.live import Live
 from orchestrator.gitops.planner import plan_project
 from orchestrator.language.project import load_project
 from orchestrator.language.schema import load_schema
+from orchestrator.providers.prices import lookup
 from orchestrator.state.document import StateDoc
 
 from .test_planner import Project, applied
