@@ -119,7 +119,8 @@ def plan_cluster(desired: RenderedCluster | None, recorded: Recorded | None,
     if record.config_hash == desired.config_hash:
         return ClusterPlan(name, Action.NOOP, "up and unchanged", live=live, was_up=True)
     if only_scaling(changes, desired.provider):
-        return ClusterPlan(name, Action.UPDATE, "only worker counts, autoscaling or orchestrate's settings changed",
+        return ClusterPlan(name, Action.UPDATE,
+                           "only worker counts, autoscaling or orchestrate's settings changed",
                            changes, live=live, was_up=True)
     reason = "the configuration changed" if changes else \
         "the recorded configuration is missing or damaged"

@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
             print(idle.describe(report) if report else "the embedded Ray is not running")
         return 0
     records = [pick.cluster(args.name, state)] if args.name else state.store.list_clusters()
-    rows = [{**r.as_dict(), "live": health.live(r, state)} for r in records]
+    rows = [{**r.as_dict(), "live": health.live(r, state), "autostop": health.autostop(r, state)}
+            for r in records]
     if args.format == "json":
         emit_json(rows)
         return 0
@@ -73,6 +74,28 @@ def _print_clusters(rows: list[dict[str, Any]]) -> None:
         verdict = "ok" if live["reachable"] else (live.get("error") or "unreachable")
         table.append([row["name"], row["provider"], row["state"], nodes, _resources(live),
                       where, time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated_at"])),
-                      verdict])
+                      verdict, _autostop(row.get("autostop"))])
     print_table(table, ["NAME", "PROVIDER", "STATE", "NODES", "RESOURCES", "ADDRESS", "UPDATED",
-                        "HEALTH"])
+                        "HEALTH", "AUTOSTOP"])
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _autostop(report: dict[str, Any] | None) -> str:
+    """`idle 3 min, stops in 27 min (idle)`, `stopped: idle for 30 min`, or `-`."""
+    if not report:
+        return "-"
+    if report.get("error"):
+        return f"unknown ({report['error']})"
+    if report.get("reason"):
+        return f"stopped: {report['reason']}"
+    parts = []
+    if report.get("idle_seconds") is not None:
+        parts.append(f"idle {_minutes(report['idle_seconds'])}")
+    elif report.get("state") == "watching":
+        parts.append("busy")
+    if report.get("seconds_left") is not None:
+        parts.append(f"stops in {_minutes(report['seconds_left'])} ({report['limit']})")
+    return ", ".join(parts) or str(report.get("state") or "-")

@@ -171,15 +171,17 @@ def busy_jobs(port: int, timeout: float = 10) -> int:
 
 # --- the loop ---------------------------------------------------------------------------------
 
-def write_status(status: dict[str, Any], path: Path = STATUS_FILE) -> None:
+def write_status(status: dict[str, Any], path: Path | None = None) -> None:
     """Atomically: a reader sees the last whole file, never a half-written one."""
+    path = path or STATUS_FILE
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     temporary.write_text(json.dumps(status, sort_keys=True, indent=1) + "\n")
     os.replace(temporary, path)
 
 
-def read_config(path: Path = BOOTSTRAP) -> dict[str, Any]:
+def read_config(path: Path | None = None) -> dict[str, Any]:
     """The bootstrap config (Ray writes it as JSON; YAML is read too)."""
+    path = path or BOOTSTRAP
     text = path.read_text()
     try:
         loaded = json.loads(text)
@@ -233,7 +235,7 @@ def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None
         memory["idle_since"] = None
         write_status({"state": "ray-stopped", "settings": rules.as_dict(), "checked_at": now})
         return None
-    busy, activity = False, []
+    busy, activity = False, list[str]()
     try:
         jobs = busy_jobs(dashboard_port(config))
         if jobs:
@@ -267,11 +269,15 @@ def main() -> int:
     import fcntl
 
     FOLDER.mkdir(parents=True, exist_ok=True)
-    lock = open(LOCK_FILE, "a")   # held for the process's life: one watcher per head
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return 0   # one is running already
+    with open(LOCK_FILE, "a") as lock:   # held for the process's life: one watcher per head
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return 0   # one is running already
+        return watch()
+
+
+def watch() -> int:
     _log(f"watcher started (pid {os.getpid()}, poll {POLL_SECONDS:g} s)")
     memory: dict[str, Any] = {}
     while True:
