@@ -86,8 +86,13 @@ def autostop(record: ClusterRecord, state: State) -> dict[str, Any] | None:
 
     from .. import cluster_settings, launch
 
-    config = state.store.read_rendered(record.name) or {}
-    if record.state != UP or record.head_ip is None or cluster_settings.autostop(config) is None:
+    if record.state != UP or record.head_ip is None:
+        return None
+    try:
+        config = state.store.read_rendered(record.name) or {}
+    except ClusterError:
+        return None   # `live` says why already
+    if cluster_settings.autostop(config) is None:
         return None
     try:
         text = launch.backend(record, state).output(record, f"cat {AUTOSTOP_FILE}", timeout=15)
