@@ -23,11 +23,13 @@ HEAD_SOURCE = str(Path(__file__).resolve().parent.parent / "head")
 REMOTE_HOME = "~/.orchestrate"
 REMOTE_HEAD = f"{REMOTE_HOME}/head"
 # Started on every head, with the Python that runs `ray` (the `ray` script's first line names
-# it), detached (setsid, nohup, no terminal or pipe held), so Ray's launcher does not wait for it
-# and it outlives the SSH session. It sleeps while the config has no autostop, so adding or
-# removing `autostop:` is an in-place change; one instance per head (it holds a lock).
+# it), detached (nohup, `setsid -f`, no terminal or pipe held), so Ray's launcher does not wait
+# for it and it outlives the SSH session. `-f`: without it setsid, not a group leader there,
+# execs in place and the shell that started it waits for the watcher for ever. It sleeps while
+# the config has no autostop, so adding or removing `autostop:` is an in-place change; one
+# instance per head (it holds a lock).
 WATCHER_START = (
-    f"cd {REMOTE_HOME} && nohup setsid "
+    f"cd {REMOTE_HOME} && nohup setsid -f "
     "$(head -n 1 \"$(command -v ray)\" | cut -c 3-) -m head.autostop "
     ">> autostop.log 2>&1 < /dev/null &")
 
