@@ -130,7 +130,42 @@ def build() -> dict:
         "patternProperties": {"^[A-Za-z][A-Za-z0-9_-]{0,39}$": worker},
         "description": "shorthand: worker node types by name",
     }
+    props.update(orchestrate_props())
     return schema
+
+
+def orchestrate_props() -> dict:
+    """orchestrate's own top-level keys (orchestrator/cluster_settings.py): loading moves them
+    under `metadata.orchestrate`, where Ray keeps them without reading them."""
+    minutes = {"type": "number", "exclusiveMinimum": 0}
+    return {
+        "autostop": {
+            "type": "object", "additionalProperties": False, "minProperties": 1,
+            "anyOf": [{"required": ["idle_minutes"]}, {"required": ["max_uptime_minutes"]}],
+            "x-message": "autostop needs idle_minutes or max_uptime_minutes (or both)",
+            "description": "stop the cluster by itself (the head's watcher takes it down) when it "
+                           "has been idle, or up, for this long",
+            "properties": {
+                "idle_minutes": dict(minutes, description=(
+                    "minutes with no Ray job running or pending (and no SSH session with a "
+                    "terminal on the head, unless ignore_ssh_sessions) before it stops")),
+                "max_uptime_minutes": dict(minutes, description=(
+                    "minutes after Ray started on the head when it stops, busy or not")),
+                "ignore_ssh_sessions": {"type": "boolean", "default": False, "description": (
+                    "an SSH session with a terminal on the head does not count as activity")},
+            },
+        },
+        "archive": {
+            "type": "string", "pattern": "^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|file:///.*)$",
+            "x-message": "expected s3://bucket/prefix or file:///absolute/folder",
+            "description": "where the cluster's logs go before it is taken down: "
+                           "s3://bucket/prefix or file:///absolute/folder",
+        },
+        "host_price_per_hour": {
+            "type": "number", "minimum": 0,
+            "description": "what one on-prem host costs per hour, in USD (on-prem clusters only)",
+        },
+    }
 
 
 def main() -> int:

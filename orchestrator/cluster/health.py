@@ -89,3 +89,51 @@ def live(record: ClusterRecord, state: State) -> dict[str, Any]:
         return {"reachable": True, "error": None, **probe_cluster(record, state).as_dict()}
     except ClusterError as exc:
         return {"reachable": False, "error": exc.message}
+
+
+# What the head's watcher writes every poll (orchestrator/head/autostop.py).
+AUTOSTOP_FILE = "~/.orchestrate/autostop.json"
+
+
+def autostop(record: ClusterRecord, state: State) -> dict[str, Any] | None:
+    """For `status`: the head watcher's last word, for a cluster whose file sets autostop (None
+    otherwise): how long it has been idle, the time left and which limit ends first, and, once
+    it stopped the cluster, why and when. One plain SSH command on the head; read even when Ray
+    does not answer (that is when the reason matters)."""
+    import json
+
+    from .. import cluster_settings, launch
+
+    if record.state != UP or record.head_ip is None:
+        return None
+    try:
+        config = state.store.read_rendered(record.name) or {}
+    except ClusterError:
+        return None   # `live` says why already
+    if cluster_settings.autostop(config) is None:
+        return None
+    try:
+        text = launch.backend(record, state).output(record, f"cat {AUTOSTOP_FILE}", timeout=15)
+        found = json.loads(text)
+    except ClusterError as exc:
+        return {"error": exc.message}
+    except ValueError:
+        return {"error": "the watcher has written nothing yet"}
+    return summary(found if isinstance(found, dict) else {})
+
+
+def summary(found: dict[str, Any]) -> dict[str, Any]:
+    """The watcher's file as `status` shows it; times measured on the head's own clock."""
+    checked, idle_since = found.get("checked_at"), found.get("idle_since")
+    stopped = found.get("stopped") or {}
+    return {
+        "state": found.get("state"),
+        "idle_seconds": round(checked - idle_since) if isinstance(checked, (int, float))
+        and isinstance(idle_since, (int, float)) else None,
+        "seconds_left": None if stopped or found.get("seconds_left") is None
+        else round(found["seconds_left"]),
+        "limit": found.get("limit"),
+        "reason": stopped.get("reason"),
+        "stopped_at": stopped.get("at"),
+        "checked_at": checked,
+    }

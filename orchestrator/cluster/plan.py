@@ -10,7 +10,8 @@ No I/O here; `orchestrator.cluster.apply` carries a plan out. The actions:
 
     create    nothing is running that we launched: `ray up`
     no-op     live, and the rendered config is what Ray already has
-    update    only worker counts/autoscaling changed: `ray up --no-restart` (jobs survive)
+    update    only worker counts/autoscaling or orchestrate's own settings (autostop, archive,
+              prices) changed: `ray up --no-restart` (jobs survive)
     restart   anything else changed (or the cluster stopped answering): `ray up`, Ray restarts
     replace   where the cluster lives changed (provider, region, head node): `down`, then `up`
     destroy   no longer wanted: `ray down` (shown as "delete")
@@ -46,6 +47,11 @@ IN_PLACE_FIELDS = (
     "available_node_types.*.max_workers",
     # Where this machine keeps the token (it moved to secrets/); the nodes get the same token.
     "file_mounts.~/.ray/auth_token",
+    # orchestrate's own settings (autostop, archive, prices: cluster_settings), which the head's
+    # watcher reads again from the synced bootstrap config, and where its code comes from here.
+    "metadata.orchestrate",
+    "metadata.orchestrate.*",
+    "file_mounts.~/.orchestrate/head",
 )
 
 # Changes that move the cluster or its head everywhere; each provider adds its own fields
@@ -113,7 +119,8 @@ def plan_cluster(desired: RenderedCluster | None, recorded: Recorded | None,
     if record.config_hash == desired.config_hash:
         return ClusterPlan(name, Action.NOOP, "up and unchanged", live=live, was_up=True)
     if only_scaling(changes, desired.provider):
-        return ClusterPlan(name, Action.UPDATE, "only worker counts or autoscaling changed",
+        return ClusterPlan(name, Action.UPDATE,
+                           "only worker counts, autoscaling or orchestrate's settings changed",
                            changes, live=live, was_up=True)
     reason = "the configuration changed" if changes else \
         "the recorded configuration is missing or damaged"

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             print(idle.describe(report) if report else "the embedded Ray is not running")
         return 0
     records = [pick.cluster(args.name, state)] if args.name else state.store.list_clusters()
-    rows = [_row(r, state, health.live(r, state)) for r in records]
+    rows = [_row(r, state, health.live(r, state), health.autostop(r, state)) for r in records]
     if args.format == "json":
         emit_json(rows)
         return 0
@@ -64,16 +64,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _row(record: Any, state: State, live: dict[str, Any]) -> dict[str, Any]:
-    """A cluster's record, what it answers now, and its price (None: no config recorded)."""
+def _row(record: Any, state: State, live: dict[str, Any],
+         autostop: dict[str, Any] | None) -> dict[str, Any]:
+    """A cluster's record, what it answers now, its autostop and its price (None: no config
+    recorded)."""
     from ..cluster.health import Health
     from ..cluster.price import running
 
-    config = state.store.read_rendered(record.name)
+    try:
+        config = state.store.read_rendered(record.name)
+    except ClusterError:
+        config = None   # `live` says why already
     health = Health(live["nodes_alive"], live["nodes_dead"], live["session"],
                     node_types=live.get("node_types") or {}) if live["reachable"] else None
-    price = running(config, health, record.created_at if health else None) if config else None
-    return {**record.as_dict(), "live": live, "price": price}
+    try:
+        price = running(config, health, record.created_at if health else None) \
+            if config else None
+    except (KeyError, TypeError, ValueError, AttributeError):
+        price = None    # a damaged record: no price, the rest of the row still shows
+    return {**record.as_dict(), "live": live, "autostop": autostop, "price": price}
 
 
 def _money(price: dict[str, Any] | None, key: str) -> str:
@@ -94,9 +103,9 @@ def _print_clusters(rows: list[dict[str, Any]]) -> None:
         table.append([row["name"], row["provider"], row["state"], nodes, _resources(live),
                       _money(price, "now"), _money(price, "at_max"),
                       where, time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated_at"])),
-                      verdict])
+                      verdict, _autostop(row.get("autostop"))])
     print_table(table, ["NAME", "PROVIDER", "STATE", "NODES", "RESOURCES", "$/H NOW", "$/H MAX",
-                        "ADDRESS", "UPDATED", "HEALTH"])
+                        "ADDRESS", "UPDATED", "HEALTH", "AUTOSTOP"])
     sources = sorted({row["price"]["source"] for row in rows
                       if row.get("price") and row["price"].get("source")})
     for row in rows:
@@ -108,3 +117,25 @@ def _print_clusters(rows: list[dict[str, Any]]) -> None:
             print(f"{row['name']}: warning: {warning}")
     if sources:
         print("prices: " + "; ".join(sources))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _autostop(report: dict[str, Any] | None) -> str:
+    """`idle 3 min, stops in 27 min (idle)`, `stopped: idle for 30 min`, or `-`."""
+    if not report:
+        return "-"
+    if report.get("error"):
+        return f"unknown ({report['error']})"
+    if report.get("reason"):
+        return f"stopped: {report['reason']}"
+    parts = []
+    if report.get("idle_seconds") is not None:
+        parts.append(f"idle {_minutes(report['idle_seconds'])}")
+    elif report.get("state") == "watching":
+        parts.append("busy")
+    if report.get("seconds_left") is not None:
+        parts.append(f"stops in {_minutes(report['seconds_left'])} ({report['limit']})")
+    return ", ".join(parts) or str(report.get("state") or "-")

@@ -7,7 +7,8 @@ and different ORCHESTRATE_HOMEs compute the same hash for the same file).
     from_file(name, file, project, token_file) -> Desired?    a recorded cluster's file, if it is
                                                               still one of the project's
 
-Normalising: this machine's token file becomes "${TOKEN}", the project's root folder
+Normalising: this machine's token file becomes "${TOKEN}", where orchestrate is installed here
+(the source of the head package's file mount) "${ORCHESTRATE}", the project's root folder
 "${PROJECT}" and the user's home folder "${HOME}" (a `~/ray_results` expanded) in every string
 of a rendered cluster config and of a job's config.
 """
@@ -25,11 +26,12 @@ from ..language.cluster import ClusterSpec, load_cluster
 from ..language.experiment import ExperimentSpec
 from ..language.project import ProjectSpec
 from ..language.service import ServiceSpec
-from ..render.cluster import RenderedCluster, config_hash, render_cluster
+from ..render.cluster import HEAD_SOURCE, RenderedCluster, config_hash, render_cluster
 from ..state.document import address
 from ..util.workdir import WorkingDir
 
 PROJECT_MARK, TOKEN_MARK, HOME_MARK = "${PROJECT}", "${TOKEN}", "${HOME}"
+HEAD_MARK = "${ORCHESTRATE}/head"
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,11 @@ def normalise(config: dict[str, Any], root: Path, token_file: Path | str) -> dic
 
 
 def _marks(root: Path, token_file: Path | str | None) -> list[tuple[str, str]]:
-    """Longest first: the token file and the project may lie inside the home folder."""
+    """Longest first: the token file and the project may lie inside the home folder, the
+    installed package inside the project (a checkout of orchestrate) or the home folder."""
     home = str(Path.home())
-    return [(str(token_file or ""), TOKEN_MARK), (str(root), PROJECT_MARK),
+    return [(str(token_file or ""), TOKEN_MARK), (HEAD_SOURCE, HEAD_MARK),
+            (str(root), PROJECT_MARK),
             (home if home != "/" else "", HOME_MARK)]
 
 

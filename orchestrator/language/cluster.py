@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .. import providers
+from .. import cluster_settings, providers
 from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
 from ..yamlload import Document, FieldPath, format_path, load_file
@@ -268,6 +268,40 @@ def _auth_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
     return []
 
 
+def _settings_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
+    """orchestrate's own keys: `metadata.orchestrate` is where loading puts them, never the
+    user; a host's price is known only where the hosts are fixed (on-prem)."""
+    problems = []
+    metadata = data.get("metadata")
+    if isinstance(metadata, dict) and cluster_settings.KEY in metadata:
+        problems.append(doc.problem(
+            ("metadata", cluster_settings.KEY),
+            f"'metadata.{cluster_settings.KEY}' is orchestrate's own: it is filled from the "
+            "top-level keys " + ", ".join(cluster_settings.OWN_KEYS),
+            "write those keys at the top level of the file instead"))
+    provider = providers.get(data["provider"]["type"])
+    if "host_price_per_hour" in data and not provider.FIXED_HOSTS:
+        problems.append(doc.problem(
+            ("host_price_per_hour",),
+            f"host_price_per_hour is for on-prem clusters; provider {provider.NAME} prices its "
+            "nodes itself", "remove it"))
+    return problems
+
+
+def _settings_moved(expanded: dict[str, Any],
+                    origins: dict[FieldPath, FieldPath]) -> dict[str, Any]:
+    """The top-level own keys moved under `metadata.orchestrate` (Ray's free-form field), each
+    remembering the line it was written at."""
+    own = {key: expanded.pop(key) for key in cluster_settings.OWN_KEYS if key in expanded}
+    if own:
+        metadata = dict(expanded.get("metadata") or {})
+        metadata[cluster_settings.KEY] = own
+        expanded["metadata"] = metadata
+        for key in own:
+            origins[("metadata", cluster_settings.KEY, key)] = (key,)
+    return expanded
+
+
 def build_cluster(doc: Document, path: Path, *, here: bool = True) -> ClusterSpec:
     """Validate a parsed document and build the spec; raises SpecError with every problem.
 
@@ -282,7 +316,8 @@ def build_cluster(doc: Document, path: Path, *, here: bool = True) -> ClusterSpe
         raise SpecError(problems + warnings)
     data = doc.data
     warnings += provider_typos(doc, data)
-    found = _provider_problems(doc, data) + _auth_problems(doc, data) + _docker_problems(doc, data)
+    found = _provider_problems(doc, data) + _auth_problems(doc, data) + \
+        _docker_problems(doc, data) + _settings_problems(doc, data)
     problems += [p for p in found if p.severity != "warning"]
     warnings += [p for p in found if p.severity == "warning"]
     if problems:
@@ -290,6 +325,7 @@ def build_cluster(doc: Document, path: Path, *, here: bool = True) -> ClusterSpe
     provider = providers.get(data["provider"]["type"])
     expanded, origins, shorthand_problems = expand_shorthand(copy.deepcopy(data), doc)
     problems += shorthand_problems
+    expanded = _settings_moved(expanded, origins)
     defaults = ray_defaults(provider.NAME)
     if "available_node_types" not in provider.RAY_REPLACES:
         expanded = _head_type_filled(expanded, defaults)

@@ -53,6 +53,10 @@ class LaunchBackend(Protocol):
              in_container: bool = True) -> int:
         """`command` on the head with this process's stdin/stdout/stderr; its exit code."""
 
+    def output(self, record: ClusterRecord, command: str, *, timeout: float) -> str:
+        """What `command` printed on the head (no login shell, no terminal: cheap); ClusterError
+        if the head cannot be reached or the command failed."""
+
     def rsync(self, record: ClusterRecord, *, down: bool, source: str, target: str,
               all_nodes: bool = False) -> None:
         """Files from here to the head (or its nodes), or from the head here (`down`)."""

@@ -249,6 +249,16 @@ class RayUp:
         """Not `ray exec`, whose exit code is 1 on any failure: `head.run_on_head`."""
         return head.run_on_head(record, self.state, command, tty=tty, in_container=in_container)
 
+    def output(self, record: ClusterRecord, command: str, *, timeout: float) -> str:
+        """One plain ssh to the head with its pinned key (`command` quoted by the caller)."""
+        try:
+            return ssh.run(head.auth(record, self.state), str(record.head_ip), command,
+                           timeout=timeout, login_shell=False)
+        except ssh.HostKeyChanged as exc:
+            raise ClusterError(str(exc), hint=known_hosts.hint(record.name, exc.host)) from None
+        except ssh.SshError as exc:
+            raise ClusterError(f"on the head {record.head_ip}: {exc}") from None
+
     def rsync(self, record: ClusterRecord, *, down: bool, source: str, target: str,
               all_nodes: bool = False) -> None:
         """`ray rsync-up` / `ray rsync-down`; ClusterError (naming the log) if it fails."""

@@ -17,6 +17,22 @@ from .. import providers
 from ..language.cluster import ClusterSpec
 from .harden import Dashboard, harden_ray_config
 
+# orchestrate's code that runs on the head outside jobs (orchestrator/head), mounted where the
+# start command below runs it from, and the watcher it starts after `ray start`.
+HEAD_SOURCE = str(Path(__file__).resolve().parent.parent / "head")
+REMOTE_HOME = "~/.orchestrate"
+REMOTE_HEAD = f"{REMOTE_HOME}/head"
+# Started on every head, with the Python that runs `ray` (the `ray` script's first line names
+# it), detached (nohup, `setsid -f`, no terminal or pipe held), so Ray's launcher does not wait
+# for it and it outlives the SSH session. `-f`: without it setsid, not a group leader there,
+# execs in place and the shell that started it waits for the watcher for ever. It sleeps while
+# the config has no autostop, so adding or removing `autostop:` is an in-place change; one
+# instance per head (it holds a lock).
+WATCHER_START = (
+    f"cd {REMOTE_HOME} && nohup setsid -f "
+    "$(head -n 1 \"$(command -v ray)\" | cut -c 3-) -m head.autostop "
+    ">> autostop.log 2>&1 < /dev/null &")
+
 
 @dataclass(frozen=True)
 class RenderedCluster:
@@ -46,6 +62,16 @@ def _absolute(base: Path, value: str) -> str:
     return str((base / expanded).resolve())
 
 
+def with_watcher(config: dict[str, Any], head_source: str = HEAD_SOURCE) -> dict[str, Any]:
+    """The head package mounted on every node's ~/.orchestrate/head, and the autostop watcher
+    started after the head's start commands."""
+    watched = dict(config)
+    watched["file_mounts"] = {**(config.get("file_mounts") or {}), REMOTE_HEAD: head_source}
+    watched["head_start_ray_commands"] = [*(config.get("head_start_ray_commands") or []),
+                                          WATCHER_START]
+    return watched
+
+
 def render_cluster(spec: ClusterSpec, *, token_file: str) -> RenderedCluster:
     provider = providers.get(spec.provider)
     config = copy.deepcopy(spec.document)
@@ -58,6 +84,7 @@ def render_cluster(spec: ClusterSpec, *, token_file: str) -> RenderedCluster:
         if key in auth:
             auth[key] = _absolute(base, auth[key])
     hardened, dashboard = harden_ray_config(config, provider=provider, token_file=token_file)
+    hardened = with_watcher(hardened)
     return RenderedCluster(name=spec.name, provider=spec.provider, file=str(spec.path.resolve()),
                            config=hardened, dashboard=dashboard,
                            expected_nodes=provider.expected_nodes(hardened))

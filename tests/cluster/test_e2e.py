@@ -73,7 +73,10 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
 
         # A change of autoscaling settings only: applied with --no-restart, Ray keeps running.
         config = yaml.safe_load(handle.file.read_text())
+        # orchestrate's own settings too: `ray up --no-restart` syncs the head's bootstrap
+        # config again, where the autostop watcher reads them.
         config["idle_timeout_minutes"] = 9
+        config["autostop"] = {"max_uptime_minutes": 600}
         handle.file.write_text(yaml.safe_dump(config))
         gcs = machine.ray_pids("gcs_server")
         assert len(gcs) == 1
@@ -81,10 +84,15 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
         assert changed.returncode == 0, changed.stderr
         result = json.loads(changed.stdout)
         assert result["action"] == "updated"
-        assert result["changes"] == ["+ idle_timeout_minutes"]   # not in local.yaml before
+        assert result["changes"] == ["+ idle_timeout_minutes",   # not in local.yaml before
+                                     "+ metadata.orchestrate.autostop.max_uptime_minutes"]
         assert "--no-restart" in changed.stderr
         assert machine.ray_pids("gcs_server") == gcs
         assert result["health"]["session"] == live["session"]
+        bootstrap = json.loads(machine.hosts[0].in_host("cat", "/root/ray_bootstrap_config.yaml")
+                               .stdout)
+        assert bootstrap["metadata"]["orchestrate"]["autostop"] == {"max_uptime_minutes": 600}
+        assert machine.hosts[0].pids("head.autostop"), "the watcher is not running on the head"
 
         # Secrets never show up in what we print or log.
         for text in (again.stdout, again.stderr, changed.stdout, changed.stderr,
@@ -158,4 +166,5 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
     assert not (handle.home / "clusters" / handle.name).exists()
     assert not (handle.home / "secrets" / "clusters" / f"{handle.name}.tls").exists()
     assert until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), timeout=30), \
-        "Ray processes of the cluster are still running after down"
+        f"Ray processes of the cluster are still running after down: " \
+        f"{machine.ray_processes('ray|gcs_server|raylet')}"

@@ -117,6 +117,8 @@ def test_what_was_applied_plans_no_changes(project):
 @pytest.mark.parametrize("overrides, action, destructive, field", [
     ({"max_workers": 1, "min_workers": 1}, "update", False, "~ max_workers"),
     ({"setup_commands": ["echo changed"]}, "restart", True, "~ setup_commands"),
+    ({"autostop": {"idle_minutes": 30}}, "update", False,
+     "+ metadata.orchestrate.autostop.idle_minutes"),
     ({"provider": {"type": "local", "head_ip": "10.0.0.9",
                    "worker_ips": ["10.0.0.2", "10.0.0.3"]}}, "replace", True,
      "~ provider.head_ip"),
@@ -231,6 +233,25 @@ def test_hashes_do_not_depend_on_where_the_project_is_checked_out(project, tmp_p
     shutil.copytree(project.root, moved)
     project.root = moved
     assert {d.address: d.hash for d in project.desired()} == first
+
+
+def test_hashes_do_not_depend_on_where_orchestrate_is_installed(project, monkeypatch):
+    """The head package's file mount names this machine's installation of orchestrate."""
+    from orchestrator.gitops import desired
+    from orchestrator.render import cluster as render
+
+    first = {d.address: (d.hash, d.config) for d in project.desired() if d.kind == "cluster"}
+    [(_, config)] = first.values()
+    assert config["file_mounts"]["~/.orchestrate/head"] == "${ORCHESTRATE}/head"
+    for module in (desired, render):
+        monkeypatch.setattr(module, "HEAD_SOURCE", "/opt/elsewhere/orchestrator/head")
+    monkeypatch.setattr(render.with_watcher, "__defaults__", ("/opt/elsewhere/orchestrator/head",))
+    again = {d.address: (d.hash, d.config) for d in project.desired() if d.kind == "cluster"}
+    assert again == first
+    [item] = [d for d in project.desired() if d.kind == "cluster"]
+    assert item.rendered is not None
+    assert item.rendered.config["file_mounts"]["~/.orchestrate/head"] == \
+        "/opt/elsewhere/orchestrator/head"
 
 
 def test_only_the_changed_experiment_is_resubmitted_but_code_changes_count(project):

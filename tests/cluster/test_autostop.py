@@ -1,0 +1,106 @@
+"""Autostop on real heads over real SSH: the watcher that `up` starts on the head takes an
+on-prem cluster down by itself, when idle (never while a job runs) and at its maximum uptime
+(even with a job running). Both clusters at once, to pay the waiting once."""
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from orchestrator.util.waiting import until
+
+from .conftest import launch, tear_down
+
+pytestmark = [pytest.mark.ssh]
+
+# The watcher polls every second on these hosts (10 s by default), so a limit is seen at once.
+FAST_POLL = {"environment": {"ORCHESTRATE_AUTOSTOP_POLL_S": "1"}}
+IDLE_LIMIT_S = 15       # idle_minutes: 0.25
+BUSY_FOR_S = 25         # a job longer than the idle limit: the cluster must outlive it
+
+
+def status_of(handle) -> dict:
+    done = handle.cli("status", handle.name, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(done.stdout)
+    return row
+
+
+def submit(handle, entrypoint: str) -> str:
+    """A job through the head's SSH forward, as orchestrate submits them; its id."""
+    from ray.job_submission import JobSubmissionClient
+
+    with handle.open() as endpoint:
+        return JobSubmissionClient(endpoint.address, headers=handle.headers).submit_job(
+            entrypoint=entrypoint)
+
+
+def job_status(handle, job: str) -> str:
+    from ray.job_submission import JobSubmissionClient
+
+    with handle.open() as endpoint:
+        return str(JobSubmissionClient(endpoint.address, headers=handle.headers)
+                   .get_job_status(job))
+
+
+def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine, tmp_path):
+    started = time.monotonic()
+    idle_machine = make_machine(count=2, options={1: FAST_POLL})   # workers must be stopped too
+    uptime_machine = make_machine(count=1, options={1: FAST_POLL})
+    handles = []
+    try:
+        # Each cluster gets its job as soon as it is up (the idle clock runs from then): one
+        # that outlives the uptime limit, and one longer than the idle limit.
+        def up(machine, name, autostop, entrypoint):
+            handle = launch(machine, tmp_path / name, f"{name}-{machine.name}", autostop=autostop)
+            handles.append(handle)
+            return handle, submit(handle, entrypoint)
+
+        with ThreadPoolExecutor(2) as pool:
+            idle_up = pool.submit(up, idle_machine, "idle", {"idle_minutes": 0.25},
+                                  f"sleep {BUSY_FOR_S}")
+            uptime_up = pool.submit(up, uptime_machine, "uptime",
+                                    {"max_uptime_minutes": 1, "idle_minutes": 60}, "sleep 600")
+            (idle, busy), (uptime, forever) = idle_up.result(), uptime_up.result()
+        assert until(lambda: job_status(idle, busy) == "RUNNING", timeout=60)
+        # `status` shows the watcher's view: busy (no idle time), the uptime limit counting.
+        assert until(lambda: status_of(idle)["autostop"].get("state") == "watching", timeout=30)
+        row = status_of(idle)["autostop"]
+        assert row["idle_seconds"] is None and row["limit"] is None, row
+        row = status_of(uptime)["autostop"]
+        assert row["limit"] == "max_uptime" and 0 <= row["seconds_left"] <= 60, row
+
+        # The idle cluster lives through its job (which succeeds), then stops within the idle
+        # limit and a few polls; the other stops at its uptime, its job still running.
+        assert until(lambda: job_status(idle, busy) in ("SUCCEEDED", "FAILED", "STOPPED"),
+                     timeout=BUSY_FOR_S + 60)
+        assert job_status(idle, busy) == "SUCCEEDED"
+        assert len(idle_machine.ray_pids("raylet")) == 2, "stopped while a job was running"
+
+        def stopped() -> bool:
+            return not idle_machine.ray_pids() and not uptime_machine.ray_pids()
+        assert until(stopped, timeout=IDLE_LIMIT_S + 90, interval=1), (
+            idle_machine.ray_processes(), uptime_machine.ray_processes())
+
+        # `status` says why, read from the head's watcher (Ray no longer answers).
+        for handle, reason in ((idle, "idle for 0.25 min"), (uptime, "max uptime 1 min reached")):
+            row = status_of(handle)
+            assert row["live"]["reachable"] is False
+            assert row["autostop"]["reason"] == reason, row["autostop"]
+            assert row["autostop"]["stopped_at"] is not None
+            text = handle.cli("status", handle.name)
+            assert f"stopped: {reason}" in text.stdout, text.stdout
+        assert forever
+
+        # `up` of a cluster that stopped itself brings it back: its record says up, its Ray
+        # does not answer, so the plan restarts it (a head alone: the cheaper of the two).
+        again = uptime.cli("up", str(uptime.file), "-y", "--format", "json")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["plan"]["action"] == "restart"
+        assert len(uptime_machine.ray_pids("gcs_server")) == 1
+    finally:
+        for handle in handles:
+            tear_down(handle)
+        print(f"autostop test: {time.monotonic() - started:.0f} s")

@@ -1,0 +1,77 @@
+"""orchestrate's own keys in a cluster file (autostop, archive, host_price_per_hour): checked by
+the schema, moved under `metadata.orchestrate`, errors naming file, line and field."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from orchestrator import cluster_settings
+from orchestrator.cli import main
+from orchestrator.errors import SpecError
+from orchestrator.language.cluster import load_cluster
+
+LOCAL = """\
+cluster_name: c
+provider: {type: local, head_ip: 10.0.0.1, worker_ips: [10.0.0.2]}
+auth: {ssh_user: root}
+"""
+AWS = """\
+cluster_name: c
+provider: {type: aws, region: us-west-2}
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_the_keys_move_under_metadata_and_keep_their_lines(tmp_path):
+    path = write(tmp_path, LOCAL + "autostop:\n  idle_minutes: 5\n  ignore_ssh_sessions: true\n"
+                 "archive: file:///srv/logs\nhost_price_per_hour: 0.4\n")
+    spec = load_cluster(path, here=False)
+    assert "autostop" not in spec.document and "archive" not in spec.document
+    assert cluster_settings.autostop(spec.document) == {"idle_minutes": 5,
+                                                        "ignore_ssh_sessions": True}
+    assert cluster_settings.archive(spec.document) == "file:///srv/logs"
+    assert cluster_settings.host_price(spec.document) == 0.4
+    assert spec.line_of(("metadata", "orchestrate", "autostop", "idle_minutes")) == 5
+    assert spec.line_of(("metadata", "orchestrate", "host_price_per_hour")) == 8
+
+
+def test_a_file_without_them_has_no_metadata(tmp_path):
+    assert "metadata" not in load_cluster(write(tmp_path, LOCAL), here=False).document
+
+
+@pytest.mark.parametrize("text, line, field, words", [
+    (LOCAL + "autostop: {ignore_ssh_sessions: true}\n", 4, "autostop",
+     "idle_minutes or max_uptime_minutes"),
+    (LOCAL + "autostop:\n  idle_minutes: 0\n", 5, "autostop.idle_minutes", "must be > 0"),
+    (LOCAL + "autostop:\n  max_uptime_minutes: 5\n  idle: 3\n", 6, "autostop.idle",
+     "unknown key 'idle'"),
+    (LOCAL + "autostop: {idle_minutes: 1, ignore_ssh_sessions: 1}\n", 4,
+     "autostop.ignore_ssh_sessions", "true or false"),
+    (LOCAL + "archive: /srv/logs\n", 4, "archive", "s3://bucket/prefix or file:///"),
+    (LOCAL + "host_price_per_hour: -1\n", 4, "host_price_per_hour", ">= 0"),
+    (AWS + "host_price_per_hour: 1.5\n", 3, "host_price_per_hour", "on-prem"),
+    (LOCAL + "metadata:\n  orchestrate: {autostop: {idle_minutes: 1}}\n", 5,
+     "metadata.orchestrate", "orchestrate's own"),
+])
+def test_mistakes_name_line_and_field(tmp_path, capsys, text, line, field, words):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as raised:
+        load_cluster(path, here=False)
+    found = [p for p in raised.value.problems if p.field == field]
+    assert found and found[0].line == line and words in found[0].message, raised.value.problems
+    assert main(["validate", str(path)]) != 0
+    err = capsys.readouterr()
+    assert f"c.yaml:{line}: {field}" in err.out + err.err and "Traceback" not in err.err
+
+
+def test_user_metadata_is_kept_beside_orchestrates(tmp_path):
+    path = write(tmp_path, LOCAL + "metadata: {team: vision}\nautostop: {max_uptime_minutes: 9}\n")
+    document = load_cluster(path, here=False).document
+    assert document["metadata"] == {"team": "vision",
+                                     "orchestrate": {"autostop": {"max_uptime_minutes": 9}}}
