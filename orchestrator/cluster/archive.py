@@ -33,6 +33,7 @@ from ..util.files import atomic_write, private_folder, read_json
 from ..util.progress import Progress
 
 NO_ARCHIVER = 97   # the head's exit code when ~/.orchestrate/head/archive.py is not there
+SSH_FAILED = 255   # ssh's own exit code: no connection
 LOG_TIMEOUT = 10.0
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
@@ -77,6 +78,8 @@ def keep_logs(record: ClusterRecord, config: dict[str, Any], state: State, progr
         progress("  the head has no archiver (launched before there was one): archiving "
                  "through the Job API")
         target = _from_here(record, config, state, reason, at)
+    elif code == SSH_FAILED:
+        raise ClusterError(f"the head of {record.name} could not be reached over SSH")
     elif code != 0:
         raise ClusterError(f"the archiver on the head of {record.name} exited {code}")
     elif head_archive.location_of(config) is None:   # the head's folder: copied here

@@ -159,3 +159,14 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
     assert not (handle.home / "secrets" / "clusters" / f"{handle.name}.tls").exists()
     assert until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), timeout=30), \
         "Ray processes of the cluster are still running after down"
+
+    # Before each `ray down` (the replace's, the last one) the logs were archived: this head
+    # has no archiver mounted, so through the Job API, into a private folder here (issue 32).
+    archives = handle.home / "logs" / "clusters" / handle.name
+    kept = sorted(p for p in archives.iterdir() if p.is_dir())
+    assert len(kept) == 2 and f"logs archived to {kept[-1]}" in down.stderr, down.stderr
+    assert archives.stat().st_mode & 0o777 == 0o700
+    [job] = json.loads((kept[0] / "jobs.json").read_text())   # the job, on the first head
+    assert (kept[0] / "jobs" / f"{job['submission_id']}.log").stat().st_mode & 0o777 == 0o600
+    shown = handle.cli("logs", job["submission_id"], "--cluster", handle.name)
+    assert shown.returncode == 0 and "alive nodes: 2" in shown.stdout, shown.stderr
