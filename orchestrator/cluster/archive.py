@@ -63,7 +63,7 @@ def head_command(reason: str, at: float) -> str:
     return (f"test -f ~/.orchestrate/head/archive.py || exit {NO_ARCHIVER}; "
             "PY=$(sed -n '1s/^#!//p' \"$(command -v ray)\" 2>/dev/null); "
             f"cd ~/.orchestrate && exec ${{PY:-python3}} -m head.archive "
-            f"--reason {shlex.quote(reason)} --at {at!r}")
+            f"--reason {shlex.quote(reason)} --at {at!r} 1>&2")   # stdout stays the verb's
 
 
 def keep_logs(record: ClusterRecord, config: dict[str, Any], state: State, progress: Progress,
