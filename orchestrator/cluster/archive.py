@@ -28,6 +28,7 @@ from ..head import archive as head_archive
 from ..reach.archive import Archived
 from ..reach.endpoint import open_cluster
 from ..state import ClusterRecord, State, home
+from ..state.folder import is_valid_name
 from ..util import http
 from ..util.files import atomic_write, private_folder, read_json
 from ..util.progress import Progress
@@ -135,8 +136,8 @@ def find_job(name: str, job_id: str, config: dict[str, Any] | None) -> Archived 
     this machine (`remembered`), then those under the location `config` names (the cluster's
     last rendered config, when the state still has it). An archive in S3 is read with boto3
     here, its job's log copied into this machine's folder for the cluster."""
-    if not _SAFE_ID.fullmatch(job_id):
-        return None
+    if not (_SAFE_ID.fullmatch(job_id) and is_valid_name(name)):
+        return None   # a file given for a cluster gone, an id unfit for a file name
     candidates = remembered(name)
     base = head_archive.location_of(config or {})
     if base is not None:

@@ -114,6 +114,7 @@ def test_s3_through_moto_and_read_back_once_the_cluster_is_forgotten(ray, tmp_pa
     cluster_archive.remember("c1", where)                             # as `down` does
     assert cluster_archive.find_job("c1", "done", None).status == "FAILED"
     assert cluster_archive.find_job("c1", "../x", None) is None
+    assert cluster_archive.find_job("../c1", "done", None) is None
 
 
 def test_logs_and_runs_read_a_forgotten_clusters_archive(ray, capsys):
