@@ -27,7 +27,7 @@ from ..state import FAILED, INTERRUPTED, LAUNCHING, STOPPING, UP, ClusterRecord,
 from ..util.progress import Progress
 from ..util.ssh import HostKeyChanged
 from ..util.waiting import poll
-from . import tls
+from . import archive, tls
 from .health import Health, probe, probe_cluster
 from .plan import ClusterPlan, Recorded, plan_cluster
 
@@ -192,6 +192,7 @@ def _down(record: ClusterRecord, state: State, progress: Progress, *,
         backend = launch.backend(record, state, progress)
         record.state, record.message = STOPPING, None
         state.store.write_cluster(record)
+        _keep_logs(record, config, state, progress)
         progress(f"tearing down cluster {name} with {backend.command('down')} "
                  f"(log: {backend.log_path(name, 'down')})")
         try:
@@ -216,6 +217,23 @@ def _down(record: ClusterRecord, state: State, progress: Progress, *,
         state.store.forget_cluster(name)
         state.secrets.remove(cluster_key(name))
         tls.forget(state, name)
+
+
+def _keep_logs(record: ClusterRecord, config: dict[str, Any], state: State,
+               progress: Progress) -> None:
+    """The cluster's logs archived first (`cluster.archive`); a failure warns, never blocks
+    the teardown (a head that is gone has nothing to give)."""
+    if not record.head_ip:
+        return
+    progress(f"archiving the logs of cluster {record.name}")
+    try:
+        where = archive.keep_logs(record, config, state, progress)
+    except Exception as exc:  # noqa: BLE001 - boto3's, ssh's, Ray's: none may block `down`
+        message = exc.message if isinstance(exc, OrchestrateError) else \
+            f"{type(exc).__name__}: {exc}"
+        progress(f"  warning: the logs were not archived ({message}); tearing down anyway")
+        return
+    progress(f"  logs archived to {where}")
 
 
 def _wait_nodes(record: ClusterRecord, rendered: RenderedCluster, state: State, timeout: float,

@@ -1,11 +1,12 @@
-"""orchestrate logs JOB: a job's log so far, or followed until it ends. A job of the embedded Ray
-that Ray no longer knows (it stopped, or was restarted): its log as kept when it stopped."""
+"""orchestrate logs JOB: a job's log so far, or followed until it ends. A job whose Ray no longer
+knows it: its log as kept when that Ray went (the embedded Ray's, as it stopped; a cluster's,
+in the archive written before `down`)."""
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
 
-from ..errors import JobError
+from ..errors import ClusterError, JobError
 from ..output import info
 
 if TYPE_CHECKING:
@@ -25,7 +26,13 @@ def run(args: argparse.Namespace) -> int:
     from . import pick
 
     state = State.here()
-    cluster = pick.optional_cluster(args.cluster, state)
+    try:
+        cluster = pick.optional_cluster(args.cluster, state)
+    except ClusterError:   # a cluster gone: its archives may have the job
+        kept = archived(args.job, state, args.cluster)
+        if kept is None:
+            raise
+        return _kept(kept, follow=args.follow)
     shown = [False]   # lines of Ray's printed: the archive is not printed after them
 
     def on_line(line: str) -> None:
@@ -42,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 info(f"\nstopped following; job {args.job} keeps running")
                 return 130
-    except JobError:   # the embedded Ray is not up, or does not know the job
-        kept = archived(args.job, state) if cluster is None and not shown[0] else None
+    except (JobError, ClusterError):   # its Ray is not up (or gone), or does not know the job
+        kept = archived(args.job, state, cluster.name if cluster else None) \
+            if not shown[0] else None
         if kept is None:
             raise
         return _kept(kept, follow=args.follow)
@@ -54,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
 def _kept(kept: Archived, *, follow: bool) -> int:
     """The log as kept when its Ray stopped; with --follow, the exit of a job that ended."""
     ended = f"{kept.status}" + (", stopped with that Ray" if kept.stopped_with_ray else "")
-    info(f"the embedded Ray no longer has job {kept.job_id} ({ended}); its log as kept when "
-         f"that Ray stopped: {kept.log_path}")
+    when = "that Ray stopped" if kept.kept_at is None else "it was archived"
+    info(f"{kept.where} no longer has job {kept.job_id} ({ended}); its log as kept when "
+         f"{when}: {kept.log_path}")
     print(kept.log(), end="")
     if not follow:
         return 0

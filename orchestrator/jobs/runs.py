@@ -1,8 +1,9 @@
 """The runs this machine submitted (`orchestrate runs`): its job records joined with the runs'
 summaries, newest first. A job not seen to end (`run --detach`, Ctrl-C, `apply`) is asked about
 where it runs, when that Ray answers; what it says is recorded, so the next listing is offline.
-A job of the embedded Ray that Ray cannot tell about (stopped, restarted) takes its end from
-what was kept when that Ray stopped (`reach.archive`), recorded the same way.
+A job that its Ray cannot tell about (the embedded Ray stopped or restarted, a cluster gone)
+takes its end from what was kept when that Ray went (`reach.archive`; a cluster's archive,
+`cluster.archive`), recorded the same way.
 """
 from __future__ import annotations
 
@@ -67,8 +68,7 @@ def refresh(rows: list[dict[str, Any]], state: State,
         try:
             _ask(cluster, pending, state)
         except OrchestrateError as exc:
-            unknown = [row for row in pending
-                       if not (cluster == EMBEDDED and from_archive(row, state))]
+            unknown = [row for row in pending if not from_archive(row, state)]
             if unknown:
                 progress(f"note: {len(unknown)} run(s) on {cluster} not updated: {exc.message}")
             for row in unknown:
@@ -87,7 +87,7 @@ def _ask(cluster: str, rows: list[dict[str, Any]], state: State) -> None:
             try:
                 status = jobs.status(row["job_id"])
             except OrchestrateError as exc:   # this Ray does not know it (restarted since)
-                if not (cluster == EMBEDDED and from_archive(row, state)):
+                if not from_archive(row, state):
                     row.update(status=UNKNOWN, error=exc.message)
                 continue
             row["status"] = status
@@ -106,8 +106,8 @@ def _ask(cluster: str, rows: list[dict[str, Any]], state: State) -> None:
 
 
 def from_archive(row: dict[str, Any], state: State) -> bool:
-    """A run on the embedded Ray that its Ray cannot tell about (stopped, restarted): its end
-    as kept when that Ray stopped (`reach.archive`), recorded as `_ask` records what Ray says;
+    """A run that its Ray cannot tell about (stopped, restarted, a cluster gone): its end as
+    kept when that Ray went (`jobs.targets.archived`), recorded as `_ask` records what Ray says;
     False if none was kept."""
     from .targets import archived
 

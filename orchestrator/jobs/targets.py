@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from ..errors import OrchestrateError
 from ..reach import archive
 from ..reach.target import open_target
 from ..state import ClusterRecord, State
@@ -32,14 +33,24 @@ def jobs_of(job_id: str, cluster: ClusterRecord | None, state: State) -> Iterato
 SUBMIT_SLACK = 120.0
 
 
-def archived(job_id: str, state: State) -> archive.Archived | None:
-    """The embedded Ray's job `job_id` as kept when it stopped (`reach.archive`), if it is the
-    job this machine sent there under that id (an unchanged experiment run again on a later
-    Ray reuses the id); None otherwise, and for a job this machine sent to a cluster."""
+def archived(job_id: str, state: State, cluster: str | None = None) -> archive.Archived | None:
+    """Job `job_id` as kept once its Ray was gone, if it is the job this machine sent there
+    under that id (an unchanged experiment run again on a later Ray reuses the id): a cluster's
+    job (the cluster this machine sent it to, or `cluster`) in that cluster's archives
+    (`cluster.archive`, newest first), an embedded Ray's as kept when it stopped
+    (`reach.archive`); None otherwise."""
     record = state.store.job(job_id) or {}
-    if record.get("cluster"):
-        return None
-    kept = archive.read(job_id)
+    name = cluster or record.get("cluster")
+    if name:
+        from ..cluster.archive import find_job
+
+        try:
+            config = state.store.read_rendered(str(name))
+        except OrchestrateError:
+            config = None
+        kept = find_job(str(name), job_id, config)
+    else:
+        kept = archive.read(job_id)
     submitted = record.get("submitted_at")
     if kept is None or (isinstance(submitted, (int, float)) and kept.start_time is not None
                         and kept.start_time / 1000 < submitted - SUBMIT_SLACK):

@@ -64,10 +64,12 @@ class Archived:
     start_time: float | None   # ms since the epoch, as Ray gives it
     end_time: float | None
     stopped_with_ray: bool
+    kept_at: Path | None = None   # a cluster's archive (cluster.archive); None: this folder's
+    where: str = "the embedded Ray"   # for messages: what the job ran on
 
     @property
     def log_path(self) -> Path:
-        return log_path(self.job_id)
+        return self.kept_at or log_path(self.job_id)
 
     def log(self) -> str:
         try:

@@ -159,6 +159,10 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
         status = json.loads(handle.cli("status", "--format", "json").stdout)[0]
         assert status["head_ip"] == second and status["live"]["nodes_alive"] == 2
         assert status["live"]["node_ips"] == sorted(machine.ips)
+        # a job on the moved cluster, for `down` to archive (Ray's restarts above emptied the
+        # job table: it lives in the head's GCS)
+        with handle.open() as endpoint:
+            submit_and_wait(endpoint.address, handle.headers, "echo kept-by-down")
     finally:
         down = handle.cli("down", "-y")
     assert down.returncode == 0, down.stderr
@@ -168,3 +172,15 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
     assert until(lambda: not machine.ray_pids("ray|gcs_server|raylet"), timeout=30), \
         f"Ray processes of the cluster are still running after down: " \
         f"{machine.ray_processes('ray|gcs_server|raylet')}"
+
+    # Before each `ray down` (the replace's, the last one) the logs were archived by the head's
+    # archiver (the file names no location: into the head's folder, then copied into a private
+    # folder here; issue 32).
+    archives = handle.home / "logs" / "clusters" / handle.name
+    kept = sorted(p for p in archives.iterdir() if p.is_dir())
+    assert len(kept) == 2 and f"logs archived to {kept[-1]}" in down.stderr, down.stderr
+    assert archives.stat().st_mode & 0o777 == 0o700
+    [job] = json.loads((kept[-1] / "jobs.json").read_text())   # the job on the moved head
+    assert (kept[-1] / "jobs" / f"{job['submission_id']}.log").stat().st_mode & 0o777 == 0o600
+    shown = handle.cli("logs", job["submission_id"], "--cluster", handle.name)
+    assert shown.returncode == 0 and "kept-by-down" in shown.stdout, shown.stderr

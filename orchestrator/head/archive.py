@@ -1,0 +1,279 @@
+"""A cluster's logs, copied off the head before it goes down (by `orchestrate down`, `apply`,
+autostop), so `orchestrate logs` and `runs` still answer once the cluster is gone.
+
+Run on the head: `cd ~/.orchestrate && python -m head.archive --reason REASON [--at EPOCH]`.
+Where to: the cluster file's `archive` (`metadata.orchestrate.archive` of the config Ray left
+on the head, `~/ray_bootstrap_config.yaml`): `s3://bucket/prefix` (boto3, the endpoint from
+the environment) or `file:///folder`; none: the head's own `~/.orchestrate/archive`, which the
+launcher then copies to its machine. One archive is
+
+    <location>/<cluster_name>/<UTC stamp>-<reason>/
+        jobs.json       Ray's job table: id, status, message, times, metadata, entrypoint, and
+                        the names (never the values) of the runtime_env's env_vars
+        jobs/<id>.log   each job's driver log (the Job API's, else the driver's log file)
+        session/...     Ray's session log files, newest first, at most SESSION_BUDGET bytes
+        README          what the archive holds and which session files were left out
+        stopped.json    {"reason", "at", **details}
+
+The layout (`build`) and the copy (`publish`) are also what the launcher uses when the head has
+no archiver (a cluster launched before there was one): it builds the archive from the Job API.
+Standard library only; boto3 is imported where S3 is written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
+HEAD_FOLDER = "~/.orchestrate/archive"     # when the cluster file names no archive
+SESSION_LOGS = "/tmp/ray/session_latest/logs"
+SESSION_BUDGET = 50 * 1024 * 1024          # bytes of session logs kept, newest files first
+TOKEN_FILE = "~/.ray/auth_token"
+REQUEST_TIMEOUT = 10.0
+# What jobs.json keeps of a job in Ray's table; runtime_env is reduced to its env_vars' names
+JOB_FIELDS = ("submission_id", "job_id", "type", "status", "message", "error_type",
+              "start_time", "end_time", "metadata", "entrypoint", "driver_exit_code",
+              "entrypoint_num_cpus", "entrypoint_num_gpus", "entrypoint_resources")
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+_DASHBOARD_PORT = re.compile(r"\s--dashboard-port(?:=|\s+)(\d+)")
+
+
+def location_of(config: dict[str, Any]) -> str | None:
+    """The archive the cluster file names (cluster_settings.archive, read without importing
+    it: the head has only this package)."""
+    found = ((config.get("metadata") or {}).get("orchestrate") or {}).get("archive")
+    return str(found) if found else None
+
+
+def slug(reason: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", reason.lower()).strip("-")[:40] or "stopped"
+
+
+def archive_name(reason: str, at: float) -> str:
+    """`<UTC stamp>-<reason>`: names sort oldest to newest."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(at)) + "-" + slug(reason)
+
+
+def destination(config: dict[str, Any], reason: str, at: float) -> str:
+    """Where `run` writes the archive: a URI (s3://, file://)."""
+    base = location_of(config) or "file://" + os.path.expanduser(HEAD_FOLDER)
+    return f"{base.rstrip('/')}/{config.get('cluster_name', 'cluster')}/{archive_name(reason, at)}"
+
+
+def run(config: dict[str, Any], reason: str, details: dict[str, Any], *,
+        at: float | None = None, address: str | None = None, token: str | None = None,
+        session_logs: str = SESSION_LOGS, budget: int = SESSION_BUDGET) -> str | None:
+    """Archive this head's jobs and logs; the location written (None: no job table and no
+    session logs to keep)."""
+    at = time.time() if at is None else at
+    address = address or f"http://127.0.0.1:{dashboard_port(config)}"
+    token = token if token is not None else read_token()
+    notes: list[str] = []
+    try:
+        jobs = job_table(address, token)
+    except OSError as exc:   # URLError, HTTPError, timeouts: the session's files still count
+        notes.append(f"Ray's job table could not be read ({exc}); driver logs are the files")
+        jobs = []
+    logs = {job["submission_id"]: driver_log(address, token, job["submission_id"],
+                                             session_logs) for job in jobs}
+    if not jobs and not Path(session_logs).is_dir():
+        return None
+    target = destination(config, reason, at)
+    with tempfile.TemporaryDirectory(prefix="orchestrate-archive-") as staging:
+        build(Path(staging), jobs, logs, reason=reason, at=at, details=details,
+              session_logs=session_logs, budget=budget, notes=notes)
+        publish(Path(staging), target)
+    return target
+
+
+def dashboard_port(config: dict[str, Any]) -> int:
+    for command in config.get("head_start_ray_commands") or []:
+        found = _DASHBOARD_PORT.search(f" {command}")
+        if found:
+            return int(found.group(1))
+    return 8265
+
+
+def read_token() -> str | None:
+    found = os.environ.get("RAY_AUTH_TOKEN")
+    if found:
+        return found.strip()
+    try:
+        return Path(os.path.expanduser(TOKEN_FILE)).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _get(address: str, path: str, token: str | None) -> Any:
+    request = urllib.request.Request(address.rstrip("/") + path)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as answer:  # noqa: S310
+        return json.loads(answer.read().decode("utf-8", errors="replace"))
+
+
+def job_table(address: str, token: str | None) -> list[dict[str, Any]]:
+    """The jobs of Ray's table that were submitted (a submission id fit for a file name)."""
+    found = _get(address, "/api/jobs/", token)
+    return [job for job in found if isinstance(job, dict)
+            and isinstance(job.get("submission_id"), str)
+            and _SAFE_ID.fullmatch(job["submission_id"])] if isinstance(found, list) else []
+
+
+def driver_log(address: str, token: str | None, job_id: str, session_logs: str) -> str:
+    """The job's driver log: the Job API's, else the driver's file in the session's logs."""
+    try:
+        found = _get(address, f"/api/jobs/{urllib.parse.quote(job_id, safe='')}/logs", token)
+        if isinstance(found, dict) and isinstance(found.get("logs"), str):
+            return str(found["logs"])
+    except OSError:
+        pass
+    try:
+        return (Path(session_logs) / f"job-driver-{job_id}.log").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def public(job: dict[str, Any]) -> dict[str, Any]:
+    """What jobs.json keeps of a job: no env_vars' values (secrets travel there)."""
+    kept = {key: job.get(key) for key in JOB_FIELDS if key in job}
+    env = (job.get("runtime_env") or {}).get("env_vars") if isinstance(
+        job.get("runtime_env"), dict) else None
+    kept["env_var_names"] = sorted(env) if isinstance(env, dict) else []
+    return kept
+
+
+def session_files(folder: str, budget: int) -> tuple[list[Path], list[tuple[Path, int]]]:
+    """Ray's session log files, newest first, as many as fit in `budget` bytes; and those
+    left out with their sizes."""
+    root = Path(folder)
+    found: list[tuple[float, int, Path]] = []
+    for path in root.rglob("*") if root.is_dir() else []:
+        try:
+            if path.is_file() and not path.is_symlink():
+                stat = path.stat()
+                found.append((stat.st_mtime, stat.st_size, path))
+        except OSError:
+            continue
+    kept: list[Path] = []
+    left: list[tuple[Path, int]] = []
+    total = 0
+    for _mtime, size, path in sorted(found, key=lambda f: (-f[0], str(f[2]))):
+        if total + size <= budget:
+            kept.append(path)
+            total += size
+        else:
+            left.append((path, size))
+    return kept, left
+
+
+def build(staging: Path, jobs: list[dict[str, Any]], logs: dict[str, str], *, reason: str,
+          at: float, details: dict[str, Any], session_logs: str | None,
+          budget: int = SESSION_BUDGET, notes: list[str] | None = None) -> None:
+    """The archive's files in `staging` (see the module's docstring)."""
+    notes = list(notes or [])
+    (staging / "jobs").mkdir(parents=True, exist_ok=True)
+    table = sorted((public(job) for job in jobs), key=lambda j: str(j.get("submission_id")))
+    (staging / "jobs.json").write_text(json.dumps(table, indent=1, sort_keys=True, default=str))
+    for job_id, text in logs.items():
+        if _SAFE_ID.fullmatch(job_id):
+            (staging / "jobs" / f"{job_id}.log").write_text(text)
+    kept: list[Path] = []
+    left: list[tuple[Path, int]] = []
+    if session_logs is None:
+        notes.append("Ray's session logs are not here: archived from the launcher through "
+                     "the Job API (the head had no archiver)")
+    else:
+        kept, left = session_files(session_logs, budget)
+        for path in kept:
+            copy = staging / "session" / path.relative_to(session_logs)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copyfile(path, copy)
+            except OSError as exc:
+                notes.append(f"session/{path.relative_to(session_logs)} not copied: {exc}")
+    stopped = {**details, "reason": reason, "at": at}
+    (staging / "stopped.json").write_text(json.dumps(stopped, indent=1, sort_keys=True,
+                                                     default=str))
+    lines = [f"Logs of a Ray cluster, archived by orchestrate before it stopped ({reason}).",
+             "jobs.json: Ray's job table (env_vars' names only); jobs/<id>.log: each job's "
+             "driver log;",
+             f"session/: Ray's session log files, newest first, at most {budget} bytes "
+             f"({len(kept)} kept, {len(left)} left out); stopped.json: why and when.", ""]
+    lines += [f"note: {note}" for note in notes]
+    if left:
+        lines.append("left out (newest first, bytes):")
+        lines += [f"  {path.relative_to(session_logs or '/')} {size}" for path, size in left]
+    (staging / "README").write_text("\n".join(lines) + "\n")
+
+
+def publish(staging: Path, target: str) -> None:
+    """Copy `staging`'s files to `target` (s3://bucket/prefix, file:///folder or a path)."""
+    parsed = urllib.parse.urlparse(target)
+    files = sorted(p for p in staging.rglob("*") if p.is_file())
+    if parsed.scheme == "s3":
+        import boto3  # on AWS heads; the endpoint (AWS_ENDPOINT_URL) from the environment
+
+        client = boto3.client("s3")
+        prefix = parsed.path.strip("/")
+        for path in files:
+            key = f"{prefix}/{path.relative_to(staging).as_posix()}".lstrip("/")
+            client.upload_file(str(path), parsed.netloc, key)
+        return
+    folder = Path(urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else target)
+    for path in files:
+        copy = folder / path.relative_to(staging)
+        _private_dirs(copy.parent)
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as out, path.open("rb") as source:
+            shutil.copyfileobj(source, out)
+        os.chmod(copy, 0o600)
+
+
+def _private_dirs(folder: Path) -> None:
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for made in reversed(missing):
+        made.mkdir(mode=0o700)
+        os.chmod(made, 0o700)
+
+
+def load_config(path: str = BOOTSTRAP_CONFIG) -> dict[str, Any]:
+    import yaml  # a Ray dependency (pyyaml); the bootstrap config is JSON-compatible YAML
+
+    with open(os.path.expanduser(path)) as source:
+        found = yaml.safe_load(source)
+    return found if isinstance(found, dict) else {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m head.archive")
+    parser.add_argument("--reason", required=True)
+    parser.add_argument("--at", type=float, default=None, help="epoch seconds (the stamp)")
+    parser.add_argument("--config", default=BOOTSTRAP_CONFIG)
+    parser.add_argument("--detail", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+    details = dict(item.split("=", 1) for item in args.detail if "=" in item)
+    try:
+        written = run(load_config(args.config), args.reason, details, at=args.at)
+    except Exception as exc:  # noqa: BLE001 - one line for whoever runs it, never a traceback
+        print(f"archive failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"archived to {written}" if written else "nothing to archive")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The head's log archiver (`orchestrator.head.archive`): the layout, the session logs' bound,
+S3 through moto's server, and how `logs` and `runs` read a cluster's archive once the cluster
+is forgotten (`cluster.archive.find_job`).
+
+Ray's job API is played by tests/test_archive.py's loopback server (the two GETs the archiver
+makes); the archiver on a real head, over SSH, is tests/cluster/shared_cluster/test_archive.py."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cluster import archive as cluster_archive
+from orchestrator.head import archive
+from orchestrator.state import State
+from tests.moto_server import client, make_bucket
+from tests.test_archive import FAILED_LOG, NOW, TOKEN, cli
+
+AT = 1_800_000_000.0
+
+
+def config(location: str | None = None) -> dict:
+    found = {"cluster_name": "c1", "head_start_ray_commands": ["ray start --head"]}
+    if location:
+        found["metadata"] = {"orchestrate": {"archive": location}}
+    return found
+
+
+def session(tmp_path: Path, sizes: dict[str, int]) -> str:
+    """A session's logs folder: files of `sizes` bytes, the first named the oldest."""
+    logs = tmp_path / "session" / "logs"
+    for age, (name, size) in enumerate(reversed(list(sizes.items()))):
+        path = logs / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x" * size)
+        os.utime(path, (AT - age, AT - age))
+    return str(logs)
+
+
+def test_the_layout_private_no_secrets_and_the_session_logs_bounded(ray, tmp_path):
+    ray.job("done", "FAILED", FAILED_LOG, message="boom")
+    ray.job("busy", "RUNNING", "epoch 1\n", end=None)
+    logs = session(tmp_path, {"old.log": 500, "events/mid.log": 300, "new.log": 400})
+    target = tmp_path / "kept"
+    written = archive.run(config(f"file://{target}"), "Idle for 60 min", {"idle_s": 3600},
+                          at=AT, address=ray.address, token=TOKEN, session_logs=logs,
+                          budget=800)
+    folder = target / "c1" / "20270115T080000Z-idle-for-60-min"
+    assert written == f"file://{folder}"
+    assert {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} == {
+        "jobs.json", "jobs/done.log", "jobs/busy.log", "README", "stopped.json",
+        "session/new.log", "session/events/mid.log"}   # newest first, within 800 bytes
+    for path in [target, *target.rglob("*")]:
+        assert path.stat().st_mode & 0o777 == (0o700 if path.is_dir() else 0o600), path
+    assert (folder / "jobs" / "done.log").read_text() == FAILED_LOG
+    table = json.loads((folder / "jobs.json").read_text())
+    assert [j["submission_id"] for j in table] == ["busy", "done"]
+    assert table[1]["status"] == "FAILED" and table[1]["entrypoint"] == "python -m secret-stuff"
+    assert table[1]["env_var_names"] == ["X"] and "hidden" not in (folder / "jobs.json").read_text()
+    assert json.loads((folder / "stopped.json").read_text()) == \
+        {"reason": "Idle for 60 min", "at": AT, "idle_s": 3600}
+    readme = (folder / "README").read_text()
+    assert "2 kept, 1 left out" in readme and "old.log 500" in readme
+
+
+def test_no_location_is_the_heads_folder_and_a_log_the_api_refuses_is_the_drivers_file(
+        ray, tmp_path):
+    ray.job("done", "SUCCEEDED", "from the API\n")
+    ray.failing = True
+    logs = session(tmp_path, {"job-driver-done.log": 3})
+    written = archive.run(config(), "down", {}, at=AT, address=ray.address, token=TOKEN,
+                          session_logs=logs)
+    folder = Path.home() / ".orchestrate" / "archive" / "c1" / "20270115T080000Z-down"
+    assert written == f"file://{folder}"
+    assert (folder / "jobs" / "done.log").read_text() == "xxx"
+
+
+def test_nothing_to_archive_and_a_table_that_cannot_be_read(ray, tmp_path):
+    ray.close()   # nothing listens there now
+    assert archive.run(config(), "down", {}, address=ray.address, token=TOKEN,
+                       session_logs=str(tmp_path / "none")) is None
+    logs = session(tmp_path, {"raylet.out": 5})
+    written = archive.run(config(), "down", {}, at=AT, address=ray.address, token=TOKEN,
+                          session_logs=logs)
+    readme = (Path(written.removeprefix("file://")) / "README").read_text()
+    assert "job table could not be read" in readme
+
+
+def test_s3_through_moto_and_read_back_once_the_cluster_is_forgotten(ray, tmp_path, moto_server,
+                                                                    monkeypatch):
+    for key, value in moto_server.env.items():
+        monkeypatch.setenv(key, value)
+    make_bucket(moto_server, "logs")
+    ray.job("done", "FAILED", FAILED_LOG, message="boom")
+    ray.job("busy", "RUNNING", "epoch 1\n", end=None)
+    where = archive.run(config("s3://logs/team"), "down", {}, at=AT, address=ray.address,
+                        token=TOKEN, session_logs=session(tmp_path, {"raylet.out": 5}))
+    assert where == "s3://logs/team/c1/20270115T080000Z-down"
+    keys = {o["Key"] for o in client(moto_server, "s3").list_objects_v2(Bucket="logs")["Contents"]}
+    assert "team/c1/20270115T080000Z-down/jobs/done.log" in keys
+    assert "team/c1/20270115T080000Z-down/session/raylet.out" in keys
+
+    # an earlier archive without the job, and one of another run of it: the newest is read
+    archive.run(config("s3://logs/team"), "down", {}, at=AT - 3600, address=ray.address,
+                token=TOKEN, session_logs=str(tmp_path / "none"))
+    kept = cluster_archive.find_job("c1", "done", config("s3://logs/team"))
+    assert kept is not None and kept.status == "FAILED" and kept.log() == FAILED_LOG
+    assert kept.log_path.is_relative_to(cluster_archive.local_folder("c1"))
+    busy = cluster_archive.find_job("c1", "busy", config("s3://logs/team"))
+    assert busy.stopped_with_ray and busy.reason() == "stopped with cluster c1 while RUNNING"
+    assert cluster_archive.find_job("c1", "done", config()) is None   # not remembered here
+    cluster_archive.remember("c1", where)                             # as `down` does
+    assert cluster_archive.find_job("c1", "done", None).status == "FAILED"
+    assert cluster_archive.find_job("c1", "../x", None) is None
+    assert cluster_archive.find_job("../c1", "done", None) is None
+
+
+def test_logs_and_runs_read_a_forgotten_clusters_archive(ray, capsys):
+    state = State.here()
+    ray.job("done", "FAILED", FAILED_LOG, start=NOW - 120)
+    ray.job("busy", "RUNNING", "epoch 1\n", start=NOW - 120, end=None)
+    for job_id in ("done", "busy", "other"):
+        state.store.record_job(job_id, cluster="c1", experiment="/x/e.yaml", name="e")
+        state.store.update_job(job_id, {"submitted_at": NOW - 100})
+    older = cluster_archive.local_folder("c1") / "20270101T000000Z-down"
+    for folder, at in ((older, AT - 86400), (cluster_archive.local_folder("c1") /
+                                              archive.archive_name("down", AT), AT)):
+        staging = folder.with_name(folder.name + ".staging")
+        staging.mkdir(parents=True)
+        archive.build(staging, list(ray.jobs.values()), dict(ray.logs), reason="down", at=at,
+                      details={}, session_logs=None)
+        archive.publish(staging, str(folder))
+        cluster_archive.remember("c1", str(folder))
+        ray.logs["done"] = "the later run's log\n"   # in the newer archive, written second
+    code, out, err = cli("logs", "done")
+    assert (code, out) == (0, "the later run's log\n"), err   # newest archive: the last remembered
+    assert "cluster c1 no longer has job done (FAILED); its log as kept when it was " \
+           "archived" in err
+    code, out, err = cli("logs", "done", "--cluster", "c1", "--follow")
+    assert code == 1 and "job done: FAILED" in err
+    code, out, err = cli("logs", "other")
+    assert code == 1 and "no cluster 'c1' is recorded" in err
+
+    assert cli("runs", "--format", "json")[0] == 0
+    rows = {row["job_id"]: row for row in json.loads(cli("runs", "--format", "json")[1])}
+    assert rows["done"]["status"] == "FAILED" and rows["busy"]["status"] == "STOPPED"
+    assert rows["other"]["status"] == "UNKNOWN"
+    assert state.store.job("done")["status"] == "FAILED"
+
+
+@pytest.mark.parametrize("reason, expected", [("down", "down"), ("Max uptime!", "max-uptime"),
+                                              ("", "stopped")])
+def test_slug(reason, expected):
+    assert archive.slug(reason) == expected
