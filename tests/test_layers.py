@@ -98,7 +98,7 @@ def test_the_workload_uses_only_what_ships_with_it():
 
 def test_what_runs_on_the_head_uses_only_what_is_copied_there():
     outside = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {target}"
-               for path in modules() if "head" == path.relative_to(PACKAGE).parts[0]
+               for path in modules() if path.relative_to(PACKAGE).parts[0] == "head"
                for line, target in imports(path) if top(target) not in HEAD_MAY_USE]
     assert not outside, "\n".join(outside)
 
