@@ -5,6 +5,7 @@ forward, the head's address comes from `ray get-head-ip`, and `ray down` removes
 """
 from __future__ import annotations
 
+from .. import cluster_settings
 from ..errors import Problem
 from ..util.progress import Progress
 from ..yamlload import Document
@@ -80,3 +81,21 @@ def node_types_note(spec: ClusterView, name: str) -> list[CheckResult]:
         "node types", WARN, "no available_node_types: Ray fills in its default node types "
         f"for {name}, which are not checked here",
         "describe the node types in the file to have them checked", "available_node_types")]
+
+
+# Where autostop's setting sits in the Ray config (`cluster_settings`): a head-credentials check
+# points there.
+AUTOSTOP_PATH = ("metadata", cluster_settings.KEY, "autostop")
+HEAD_CREDENTIALS = "head credentials"   # the check's name, the same on every cloud
+
+
+def autostop_wanted(spec: ClusterView) -> bool:
+    """Autostop takes the cluster down from its head, with the head's credentials."""
+    return cluster_settings.autostop(spec.document) is not None
+
+
+def head_node_config(spec: ClusterView) -> tuple[str, Config]:
+    """(the head's node type, its node_config) in the Ray config."""
+    head = str(spec.document.get("head_node_type") or "")
+    found = ((spec.document.get("available_node_types") or {}).get(head) or {}).get("node_config")
+    return head, dict(found) if isinstance(found, dict) else {}
