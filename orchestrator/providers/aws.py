@@ -7,8 +7,11 @@ at a moto server on loopback.
 """
 from __future__ import annotations
 
+import fnmatch
+import json
 import os
 import re
+import urllib.parse
 from typing import Any
 
 from ..errors import Problem, require
@@ -169,6 +172,8 @@ def _checks(spec: ClusterView) -> list[CheckResult]:
         _check_images(checks, ec2, region, types)
         _check_key_pairs(checks, ec2, region)
         _check_quotas(checks, session, region, types)
+        if cloud.autostop_wanted(spec):
+            _check_head_credentials(checks, session, region)
     except (BotoCoreError, ClientError) as exc:
         checks.fail("aws", f"AWS call failed: {sdk_message(exc)}",
                     "check the credentials' permissions (ec2:Describe*, servicequotas:GetServiceQuota)")
@@ -364,3 +369,90 @@ def _check_quotas(checks: Checks, session: Any, region: str, described: dict[str
         label = quota.get("QuotaName", code)
         compare_quota(checks, "vCPU quota", f"vCPUs of {label!r}", need, quota["Value"], None,
                       region, f"request more of {code} in Service Quotas")
+
+
+# Ray's default head profile and what it gets (ray/autoscaler/_private/aws/config.py): its role
+# has AmazonEC2FullAccess and AmazonS3FullAccess.
+DEFAULT_HEAD_PROFILE = "ray-autoscaler-v1"
+
+
+def head_actions(document: Config) -> tuple[str, ...]:
+    """What autostop's takedown asks of EC2 with the head's role (Ray's AWS node provider): list
+    the nodes, stop the on-demand ones when `cache_stopped_nodes` (Ray's default), terminate the
+    rest."""
+    stops = (document.get("provider") or {}).get("cache_stopped_nodes", True)
+    return ("ec2:DescribeInstances", "ec2:TerminateInstances") + (
+        ("ec2:StopInstances",) if stops else ())
+
+
+def _check_head_credentials(checks: Checks, session: Any, region: str) -> None:
+    """Autostop runs Ray's node provider on the head with the head's instance profile: may its
+    role stop and terminate the cluster's instances? Asked of IAM when it answers."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    head, config = cloud.head_node_config(checks.spec)
+    named = config.get("IamInstanceProfile") or {}
+    name = str(named.get("Name") or str(named.get("Arn") or "").rsplit("/", 1)[-1])
+    path = node_path(head, "IamInstanceProfile") if name else cloud.AUTOSTOP_PATH
+    profile = name or DEFAULT_HEAD_PROFILE
+    needs = head_actions(checks.spec.document)
+    wanted = f"autostop takes the cluster down from its head with the head's instance profile {profile}"
+    hint = (f"give the role of instance profile {profile} {', '.join(needs)} (AmazonEC2FullAccess "
+            "has them), or drop autostop")
+    iam = _client(session, "iam", region)
+    try:
+        roles = iam.get_instance_profile(InstanceProfileName=profile)["InstanceProfile"]["Roles"]
+        missing = sorted({action for role in roles
+                          for action in _not_allowed(iam, role["RoleName"], needs)}
+                         if roles else needs)
+    except ClientError as exc:
+        if _error_code(exc) == "NoSuchEntity" and not name:
+            checks.ok(cloud.HEAD_CREDENTIALS, f"{wanted}: Ray creates it with AmazonEC2FullAccess "
+                      f"({', '.join(needs)})", path)
+            return
+        checks.warn(cloud.HEAD_CREDENTIALS, f"{wanted}; could not read it from IAM "
+                    f"({_error_code(exc)}): it needs {', '.join(needs)}", hint, path)
+        return
+    except BotoCoreError as exc:
+        checks.warn(cloud.HEAD_CREDENTIALS, f"{wanted}; could not ask IAM ({sdk_message(exc)}): "
+                    f"it needs {', '.join(needs)}", hint, path)
+        return
+    if not roles and not name:
+        checks.ok(cloud.HEAD_CREDENTIALS, f"{wanted}: it has no role yet, and Ray adds one with "
+                  "AmazonEC2FullAccess", path)
+    elif missing:
+        checks.fail(cloud.HEAD_CREDENTIALS, f"{wanted}, whose role may not {', '.join(missing)}: "
+                    "the cluster would stay up", hint, path)
+    else:
+        checks.ok(cloud.HEAD_CREDENTIALS, f"{wanted}, whose role allows {', '.join(needs)}", path)
+
+
+def _not_allowed(iam: Any, role: str, actions: tuple[str, ...]) -> list[str]:
+    """The actions no statement of the role's policies allows, or one denies (any resource, any
+    condition: what a statement restricts is not weighed here)."""
+    statements: list[dict[str, Any]] = []
+    for attached in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]:
+        policy = iam.get_policy(PolicyArn=attached["PolicyArn"])["Policy"]
+        version = iam.get_policy_version(PolicyArn=attached["PolicyArn"],
+                                         VersionId=policy["DefaultVersionId"])
+        statements += _statements(version["PolicyVersion"]["Document"])
+    for inline in iam.list_role_policies(RoleName=role)["PolicyNames"]:
+        statements += _statements(iam.get_role_policy(RoleName=role, PolicyName=inline)
+                                  ["PolicyDocument"])
+
+    def says(effect: str, action: str) -> bool:
+        return any(s.get("Effect") == effect and any(
+            fnmatch.fnmatchcase(action.lower(), str(pattern).lower())
+            for pattern in _listed(s.get("Action"))) for s in statements)
+
+    return [a for a in actions if not says("Allow", a) or says("Deny", a)]
+
+
+def _statements(document: Any) -> list[dict[str, Any]]:
+    if isinstance(document, str):  # URL-encoded JSON when the SDK leaves it as text
+        document = json.loads(urllib.parse.unquote(document))
+    found = document.get("Statement") or []
+    return [s for s in ([found] if isinstance(found, dict) else found) if isinstance(s, dict)]
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value] if value else []

@@ -100,7 +100,36 @@ def node_config(group: Config) -> Config:
 
 
 def check(spec: ClusterView) -> list[CheckResult]:
-    return _checks(spec) + cloud.node_types_note(spec, NAME)
+    return _checks(spec) + head_credentials(spec) + cloud.node_types_note(spec, NAME)
+
+
+def head_credentials(spec: ClusterView) -> list[CheckResult]:
+    """Autostop runs Ray's node provider on the head as the managed identity Ray's template gives
+    the head (`ray-<cluster id>-msi`, Contributor on the resource group); a shared identity the
+    file names (`msi_name` and `msi_resource_group`) gets no role from Ray, and its role
+    assignments are not read here, so it gets a warning naming what it needs."""
+    if not cloud.autostop_wanted(spec):
+        return []
+    checks = Checks(spec)
+    provider = spec.document.get("provider") or {}
+    group = provider.get("resource_group") or "?"
+    stops = provider.get("cache_stopped_nodes", True)   # Ray's Azure default: deallocate
+    vms = "Microsoft.Compute/virtualMachines"
+    needs = (f"{vms}/read and " + (f"{vms}/deallocate/action" if stops else
+                                   f"{vms}/delete (and the deletes of their disks, network "
+                                   "interfaces and public addresses)") + f" on resource group {group}")
+    wanted = "autostop takes the cluster down from its head as the head's managed identity"
+    msi, msi_group = provider.get("msi_name"), provider.get("msi_resource_group")
+    if msi is None or msi_group is None:   # Ray's `_is_shared_msi`
+        checks.ok(cloud.HEAD_CREDENTIALS, f"{wanted}: Ray's template gives it Contributor on "
+                  f"resource group {group} ({needs})", cloud.AUTOSTOP_PATH)
+    else:
+        checks.warn(cloud.HEAD_CREDENTIALS, f"{wanted} {msi} (resource group {msi_group}), "
+                    f"whose role assignments are not checked here: it needs {needs}",
+                    f"assign {msi} Contributor (or Virtual Machine Contributor) on resource group "
+                    f"{group}, or drop msi_name to have Ray's own identity",
+                    ("provider", "msi_name"))
+    return checks.results
 
 
 SCOPE = "https://management.azure.com/.default"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import cluster_settings
 from ..errors import Problem
 from ..util.progress import Progress
 from ..yamlload import Document
@@ -130,3 +131,21 @@ def priced(cloud: str, name: str, node_type: Config, field: tuple[str, ...], reg
         warning = (f"{path}: {what} in {region or 'no region'} is not in the price catalog; its "
                    "price is unknown") if instance else f"{path}: not given; the price is unknown"
     return NodePrice(name, instance, region, spot, hourly), warning
+
+
+# Where autostop's setting sits in the Ray config (`cluster_settings`): a head-credentials check
+# points there.
+AUTOSTOP_PATH = ("metadata", cluster_settings.KEY, "autostop")
+HEAD_CREDENTIALS = "head credentials"   # the check's name, the same on every cloud
+
+
+def autostop_wanted(spec: ClusterView) -> bool:
+    """Autostop takes the cluster down from its head, with the head's credentials."""
+    return cluster_settings.autostop(spec.document) is not None
+
+
+def head_node_config(spec: ClusterView) -> tuple[str, Config]:
+    """(the head's node type, its node_config) in the Ray config."""
+    head = str(spec.document.get("head_node_type") or "")
+    found = ((spec.document.get("available_node_types") or {}).get(head) or {}).get("node_config")
+    return head, dict(found) if isinstance(found, dict) else {}

@@ -162,7 +162,48 @@ def node_config(group: Config) -> Config:
 
 
 def check(spec: ClusterView) -> list[CheckResult]:
-    return _checks(spec) + cloud.node_types_note(spec, NAME)
+    return _checks(spec) + head_credentials(spec) + cloud.node_types_note(spec, NAME)
+
+
+# Ray's default head account and its roles (ray/autoscaler/_private/gcp/config.py).
+DEFAULT_HEAD_ACCOUNT = "ray-autoscaler-sa-v1"
+COMPUTE_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",
+                  "https://www.googleapis.com/auth/compute")
+
+
+def head_credentials(spec: ClusterView) -> list[CheckResult]:
+    """Autostop runs Ray's node provider on the head as the head's service account: Ray's own
+    has roles/compute.admin; one the file names is not asked of IAM here, so it gets a warning
+    naming what it needs."""
+    if not cloud.autostop_wanted(spec):
+        return []
+    checks = Checks(spec)
+    provider = spec.document.get("provider") or {}
+    project = provider.get("project_id") or "?"
+    stops = provider.get("cache_stopped_nodes", False)   # Ray's GCP default: delete
+    needs = "compute.instances.list, " + ("compute.instances.stop and " if stops else "") + \
+        "compute.instances.delete"
+    head, config = cloud.head_node_config(spec)
+    accounts = [a for a in config.get("serviceAccounts") or [] if isinstance(a, dict)]
+    wanted = "autostop takes the cluster down from its head as the head's service account"
+    if not accounts:
+        email = f"{DEFAULT_HEAD_ACCOUNT}@{project}.iam.gserviceaccount.com"
+        checks.ok(cloud.HEAD_CREDENTIALS, f"{wanted}, Ray's default {email}: Ray grants it "
+                  f"roles/compute.admin ({needs}) with the cloud-platform scope",
+                  cloud.AUTOSTOP_PATH)
+        return checks.results
+    email, scopes = accounts[0].get("email", "?"), accounts[0].get("scopes") or []
+    path = node_path(head, "serviceAccounts")
+    if not any(scope in COMPUTE_SCOPES for scope in scopes):
+        checks.fail(cloud.HEAD_CREDENTIALS, f"{wanted} {email}, whose scopes "
+                    f"({listing(scopes)}) do not reach Compute Engine: the cluster would stay up",
+                    f"add the scope {COMPUTE_SCOPES[0]}", path)
+    else:
+        checks.warn(cloud.HEAD_CREDENTIALS, f"{wanted} {email}, whose roles are not checked "
+                    f"here: it needs {needs} in project {project}",
+                    f"grant {email} roles/compute.instanceAdmin.v1 on project {project}, or drop "
+                    "serviceAccounts to have Ray's default", path)
+    return checks.results
 
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"

@@ -208,3 +208,62 @@ def test_rejected_credentials_stop_before_any_ec2_call(aws, fake_cloud, cluster,
     assert [(r.name, r.status) for r in results] == [("credentials", FAIL)]
     assert results[0].detail == "AWS rejected the credentials (InvalidClientTokenId)"
     assert "Action=GetCallerIdentity" in fake_cloud.requests[0]["body"]
+
+
+AUTOSTOP = "metadata: {orchestrate: {autostop: {idle_minutes: 30}}}\n"  # after the text's last line, "    "
+
+
+def head_profile(aws, name: str, policy: dict | None = None, managed: str | None = None) -> None:
+    """An instance profile in moto's IAM whose role has an inline policy or a managed one."""
+    iam = aws.client("iam")
+    trust = {"Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
+                            "Action": "sts:AssumeRole"}]}
+    iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))
+    if policy:
+        iam.put_role_policy(RoleName=name, PolicyName="p", PolicyDocument=json.dumps(policy))
+    if managed:
+        iam.attach_role_policy(RoleName=name, PolicyArn=f"arn:aws:iam::aws:policy/{managed}")
+    iam.create_instance_profile(InstanceProfileName=name)
+    iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+
+
+def with_profile(name: str) -> str:
+    return f"\n          IamInstanceProfile: {{Name: {name}}}"
+
+
+def test_autostop_with_rays_default_head_profile_passes(aws, cluster):
+    result = only(check_cluster(cluster(aws_yaml() + AUTOSTOP)), "head credentials")
+    assert result.status == OK
+    assert "ray-autoscaler-v1" in result.detail and "ec2:TerminateInstances" in result.detail
+    assert result.field == "metadata.orchestrate.autostop"
+
+
+def test_autostop_with_a_head_role_that_may_terminate_passes(aws, cluster):
+    head_profile(aws, "head-ec2-full", managed="AmazonEC2FullAccess")
+    yaml = aws_yaml(key_lines=with_profile("head-ec2-full")) + AUTOSTOP
+    result = only(check_cluster(cluster(yaml)), "head credentials")
+    assert result.status == OK, result
+    assert "head-ec2-full" in result.detail
+
+
+def test_autostop_with_a_head_role_that_may_not_terminate_fails_naming_what_it_lacks(aws, cluster):
+    head_profile(aws, "head-s3-only", policy={"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["s3:*", "ec2:Describe*"], "Resource": "*"}]})
+    yaml = aws_yaml(key_lines=with_profile("head-s3-only")) + AUTOSTOP
+    result = only(check_cluster(cluster(yaml)), "head credentials")
+    assert result.status == FAIL
+    assert "ec2:StopInstances, ec2:TerminateInstances" in result.detail
+    assert "ec2:DescribeInstances" not in result.detail.split("may not")[1]
+    assert result.field == "available_node_types.head.node_config.IamInstanceProfile"
+    assert result.line is not None and "head-s3-only" in result.hint
+
+
+def test_a_head_profile_iam_does_not_know_warns_naming_what_it_needs(aws, cluster):
+    yaml = aws_yaml(key_lines=with_profile("nowhere")) + AUTOSTOP
+    result = only(check_cluster(cluster(yaml)), "head credentials")
+    assert result.status == WARN and "NoSuchEntity" in result.detail
+    assert "ec2:TerminateInstances" in result.detail
+
+
+def test_without_autostop_the_head_credentials_are_not_checked(aws, cluster):
+    assert by_name(check_cluster(cluster(aws_yaml())), "head credentials") == []

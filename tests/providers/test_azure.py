@@ -166,3 +166,26 @@ def test_default_node_types_are_reported_as_unchecked(azure, cluster):
     assert only(results, "node types").status == WARN
     others = {r.name: r.status for r in results if r.name != "node types"}
     assert others == {"credentials": OK, "subscription": OK, "location": OK}
+
+
+AUTOSTOP = "metadata: {orchestrate: {autostop: {idle_minutes: 20}}}\n"
+
+
+def test_autostop_with_the_identity_rays_template_gives_the_head_passes(cluster):
+    from orchestrator.providers import azure
+
+    [result] = azure.head_credentials(cluster(azure_yaml() + AUTOSTOP))
+    assert result.name == "head credentials" and result.status == OK
+    assert "Contributor on resource group preflight-rg" in result.detail
+    assert azure.head_credentials(cluster(azure_yaml(), name="no-autostop.yaml")) == []
+
+
+def test_autostop_with_a_shared_identity_warns_naming_what_it_needs(cluster):
+    from orchestrator.providers import azure
+
+    yaml = azure_yaml().replace("resource_group: preflight-rg", "resource_group: preflight-rg\n"
+                                "      msi_name: team-msi\n      msi_resource_group: shared-rg", 1)
+    [result] = azure.head_credentials(cluster(yaml + AUTOSTOP))
+    assert result.status == WARN and "team-msi" in result.detail
+    assert "Microsoft.Compute/virtualMachines/deallocate/action" in result.detail
+    assert "Contributor" in result.hint and result.field == "provider.msi_name" and result.line

@@ -7,7 +7,7 @@ responses (tests/providers/recorded/gcp). The SDK builds every request and parse
 """
 from __future__ import annotations
 
-from orchestrator.providers import FAIL, OK, check_cluster
+from orchestrator.providers import FAIL, OK, WARN, check_cluster
 
 from .conftest import GCP_PROJECT, by_name, only
 
@@ -240,3 +240,41 @@ def test_project_wide_gpu_quota_of_a_new_project(gcp, cluster):
     assert [r.detail for r in failed] == [
         "the worst case needs 4 GPUS_ALL_REGIONS in project orchestrate-test; 0 free (limit 0, in use 0)"]
     assert failed[0].hint == "lower max_workers, or request more GPUS_ALL_REGIONS quota"
+
+
+AUTOSTOP = "metadata: {orchestrate: {autostop: {max_uptime_minutes: 600}}}\n"
+
+
+def with_account(yaml: str, scopes: str) -> str:
+    account = (f"\n          serviceAccounts: [{{email: head@{GCP_PROJECT}.iam.gserviceaccount.com, "
+               f"scopes: [{scopes}]}}]")
+    return yaml.replace("machineType: n1-standard-8\n", f"machineType: n1-standard-8{account}\n", 1)
+
+
+def test_autostop_with_rays_default_head_account_passes(cluster):
+    from orchestrator.providers import gcp
+
+    [result] = gcp.head_credentials(cluster(gcp_yaml() + AUTOSTOP))
+    assert result.name == "head credentials" and result.status == OK
+    assert f"ray-autoscaler-sa-v1@{GCP_PROJECT}.iam.gserviceaccount.com" in result.detail
+    assert "compute.instances.delete" in result.detail
+
+
+def test_autostop_with_a_named_head_account_warns_naming_what_it_needs(cluster):
+    from orchestrator.providers import gcp
+
+    yaml = with_account(gcp_yaml(), "'https://www.googleapis.com/auth/cloud-platform'") + AUTOSTOP
+    [result] = gcp.head_credentials(cluster(yaml))
+    assert result.status == WARN
+    assert f"head@{GCP_PROJECT}" in result.detail and "compute.instances.delete" in result.detail
+    assert "roles/compute.instanceAdmin.v1" in result.hint
+    assert result.field == "available_node_types.head.node_config.serviceAccounts" and result.line
+
+
+def test_autostop_with_a_head_account_scoped_off_compute_fails(cluster):
+    from orchestrator.providers import gcp
+
+    yaml = with_account(gcp_yaml(), "'https://www.googleapis.com/auth/devstorage.read_only'")
+    [result] = gcp.head_credentials(cluster(yaml + AUTOSTOP))
+    assert result.status == FAIL and "do not reach Compute Engine" in result.detail
+    assert gcp.head_credentials(cluster(yaml, name="no-autostop.yaml")) == []
