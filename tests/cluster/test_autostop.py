@@ -1,11 +1,17 @@
 """Autostop on real heads over real SSH: the watcher that `up` starts on the head takes an
 on-prem cluster down by itself, when idle (never while a job runs) and at its maximum uptime
-(even with a job running). Both clusters at once, to pay the waiting once."""
+(even with a job running), archiving the logs first, so `orchestrate logs` still answers. Both
+clusters at once, to pay the waiting once. The idle limit is a quarter of a minute (the same
+code as a whole minute: the limit is minutes, fractions allowed) so that the job that outlives
+it, and the wait after it, stay short."""
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +25,7 @@ pytestmark = [pytest.mark.ssh]
 FAST_POLL = {"environment": {"ORCHESTRATE_AUTOSTOP_POLL_S": "1"}}
 IDLE_LIMIT_S = 15       # idle_minutes: 0.25
 BUSY_FOR_S = 25         # a job longer than the idle limit: the cluster must outlive it
+SAID = "kept-by-autostop"
 
 
 def status_of(handle) -> dict:
@@ -47,6 +54,8 @@ def job_status(handle, job: str) -> str:
 
 def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine, tmp_path):
     started = time.monotonic()
+    shared = Path(tempfile.mkdtemp(prefix="orc-shared-", dir="/tmp"))   # every host sees it
+    shared.chmod(0o755)
     idle_machine = make_machine(count=2, options={1: FAST_POLL})   # workers must be stopped too
     uptime_machine = make_machine(count=1, options={1: FAST_POLL})
     handles = []
@@ -54,13 +63,14 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
         # Each cluster gets its job as soon as it is up (the idle clock runs from then): one
         # that outlives the uptime limit, and one longer than the idle limit.
         def up(machine, name, autostop, entrypoint):
-            handle = launch(machine, tmp_path / name, f"{name}-{machine.name}", autostop=autostop)
+            handle = launch(machine, tmp_path / name, f"{name}-{machine.name}", autostop=autostop,
+                            archive=f"file://{shared}")
             handles.append(handle)
             return handle, submit(handle, entrypoint)
 
         with ThreadPoolExecutor(2) as pool:
             idle_up = pool.submit(up, idle_machine, "idle", {"idle_minutes": 0.25},
-                                  f"sleep {BUSY_FOR_S}")
+                                  f"echo {SAID}; sleep {BUSY_FOR_S}")
             uptime_up = pool.submit(up, uptime_machine, "uptime",
                                     {"max_uptime_minutes": 1, "idle_minutes": 60}, "sleep 600")
             (idle, busy), (uptime, forever) = idle_up.result(), uptime_up.result()
@@ -94,6 +104,17 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
             assert f"stopped: {reason}" in text.stdout, text.stdout
         assert forever
 
+        # The logs were archived before the takedown, where the file said; `logs` reads them
+        # there now that no Ray answers, and the archive says why it was made.
+        [kept] = (shared / idle.name).iterdir()
+        assert json.loads((kept / "stopped.json").read_text())["reason"] == "idle for 0.25 min"
+        assert busy in {job["submission_id"] for job in
+                        json.loads((kept / "jobs.json").read_text())}
+        shown = idle.cli("logs", busy)
+        assert shown.returncode == 0 and SAID in shown.stdout, shown.stderr
+        [kept] = (shared / uptime.name).iterdir()
+        assert forever in (kept / "jobs.json").read_text()
+
         # `up` of a cluster that stopped itself brings it back: its record says up, its Ray
         # does not answer, so the plan restarts it (a head alone: the cheaper of the two).
         again = uptime.cli("up", str(uptime.file), "-y", "--format", "json")
@@ -103,4 +124,5 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
     finally:
         for handle in handles:
             tear_down(handle)
+        shutil.rmtree(shared, ignore_errors=True)
         print(f"autostop test: {time.monotonic() - started:.0f} s")
