@@ -134,6 +134,26 @@ def problems(doc: Document, data: Config) -> list[Problem]:
     if name and (name.lower() != name or "_" in name):
         found.append(doc.problem(("cluster_name",), f"'{name}' is not a valid GCP resource name",
                                  "on gcp use lowercase letters, digits and '-'"))
+    return found + _accelerator_problems(doc, data)
+
+
+def _accelerator_problems(doc: Document, data: Config) -> list[Problem]:
+    """`guestAccelerators` entries whose `acceleratorCount` is not a positive whole number (the
+    prices, the quota check and GCP itself count on it)."""
+    found = []
+    types = data.get("available_node_types")
+    for name, node_type in (types.items() if isinstance(types, dict) else ()):
+        node_config = node_type.get("node_config") if isinstance(node_type, dict) else None
+        entries = node_config.get("guestAccelerators") if isinstance(node_config, dict) else None
+        for index, entry in enumerate(entries if isinstance(entries, list) else ()):
+            if not isinstance(entry, dict) or "acceleratorCount" not in entry:
+                continue
+            count = entry["acceleratorCount"]
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                found.append(doc.problem(
+                    node_path(str(name), "guestAccelerators", index, "acceleratorCount"),
+                    f"acceleratorCount must be a positive whole number, not {count!r}",
+                    "the number of GPUs of that type on each node, e.g. acceleratorCount: 1"))
     return found
 
 

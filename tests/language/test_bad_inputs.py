@@ -31,6 +31,9 @@ CASES = {
     "aws-no-region.yaml": (2, "provider.region", "missing 'region', required for provider type aws"),
     "gcp-zone-outside-region.yaml": (5, "provider.availability_zone",
                                      "zone 'europe-west4-a' is not in region 'us-west1'"),
+    # Issue 32: the price of a GPU node counts on it (`up` crashed after launching)
+    "gcp-accelerator-count.yaml": (15, "available_node_types.t4.node_config.guestAccelerators[0]"
+                                   ".acceleratorCount", "must be a positive whole number, not 'two'"),
     "azure-no-resource-group.yaml": (2, "provider.resource_group",
                                      "missing 'resource_group', required for provider type azure"),
     "local-no-worker-ips.yaml": (2, "provider.worker_ips", "missing 'worker_ips'"),
