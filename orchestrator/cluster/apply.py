@@ -142,7 +142,8 @@ def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | Non
                            head_ip=old.head_ip if old else None,
                            dashboard_host=rendered.dashboard.host,
                            dashboard_port=rendered.dashboard.port,
-                           created_at=old.created_at if old else time.time())
+                           created_at=old.created_at if old else time.time(),
+                           up_at=old.came_up if old else None)
     state.store.write_cluster(record)
     in_place = plan.action is Action.UPDATE
     progress(f"{'updating' if in_place else 'launching'} cluster {name} with "
@@ -160,6 +161,8 @@ def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | Non
         raise ClusterError(exc.message, hint=f"{exc.hint}; nodes may be running: "
                                              f"`orchestrate down {name}` removes them") from None
     record.state = UP
+    if not in_place:   # launched or restarted: the cost since up counts from now
+        record.up_at = time.time()
     record.address = None if record.tunneled else \
         f"http://{record.head_ip}:{record.dashboard_port}"
     state.store.write_cluster(record)

@@ -2,6 +2,7 @@
 with its workers at min_workers and at max_workers, and a floor of what it cost since `up`.
 
     running(config, health, since) -> dict      the figures, JSON-ready (None: unknown)
+    unknown(reason) -> dict                     the same, all unknown, the reason a warning
     lines(found) -> [str]                       the same for people
 
 List prices from the catalog shipped with the package (`providers.cost`); a price it lacks is
@@ -15,10 +16,11 @@ from typing import Any
 from .health import Health
 
 
-def _workers(config: dict[str, Any], head_type: str, health: Health) -> dict[str, int] | None:
-    """The workers running now per node type: as the autoscaler reports them, else, with one
-    worker type, every alive node but the head; None when it cannot be told."""
-    types = set(config.get("available_node_types") or {})
+def _workers(layout: dict[str, Any], head_type: str, health: Health) -> dict[str, int] | None:
+    """The workers running now per node type of `layout` (the provider's `price_layout`: Ray's
+    default node types when the file names none): as the autoscaler reports them, else, with
+    one worker type, every alive node but the head; None when it cannot be told."""
+    types = set(layout.get("available_node_types") or {})
     active = health.node_types
     if active and set(active) <= types:
         workers = dict(active)
@@ -38,12 +40,14 @@ def running(config: dict[str, Any], health: Health | None, since: float | None,
     """`now` (None when not up or not told), `at_min`, `at_max` (USD per hour), `since_up` (at
     least: the head and min_workers for the hours since `since`), the catalog's `source` and
     `warnings`."""
+    from ..providers import get
     from ..providers.cost import cluster_price
 
     price = cluster_price(config)
     hourly_now = None
     if health is not None:
-        workers = _workers(config, price.head_type, health)
+        layout = get(str((config.get("provider") or {}).get("type"))).price_layout(config)
+        workers = _workers(layout, price.head_type, health)
         hourly_now = price.hourly(workers) if workers is not None else None
     hours = max(((now or time.time()) - since) / 3600, 0.0) if since else None
     floor = price.at_min * hours if price.at_min is not None and hours is not None else None
@@ -51,6 +55,14 @@ def running(config: dict[str, Any], health: Health | None, since: float | None,
             "since_up": None if floor is None else round(floor, 4),
             "hours_up": None if hours is None else round(hours, 3),
             "source": price.source, "warnings": list(price.warnings), "currency": "USD"}
+
+
+def unknown(reason: str) -> dict[str, Any]:
+    """`running`'s figures when the price cannot be worked out (a config the catalog cannot
+    read): every figure unknown, `reason` its one warning."""
+    return {"now": None, "at_min": None, "at_max": None, "since_up": None, "hours_up": None,
+            "source": "", "warnings": [f"the price could not be worked out: {reason}"],
+            "currency": "USD"}
 
 
 def lines(found: dict[str, Any]) -> list[str]:

@@ -78,7 +78,7 @@ def _row(record: Any, state: State, live: dict[str, Any],
     health = Health(live["nodes_alive"], live["nodes_dead"], live["session"],
                     node_types=live.get("node_types") or {}) if live["reachable"] else None
     try:
-        price = running(config, health, record.created_at if health else None) \
+        price = running(config, health, record.came_up if health else None) \
             if config else None
     except (KeyError, TypeError, ValueError, AttributeError):
         price = None    # a damaged record: no price, the rest of the row still shows

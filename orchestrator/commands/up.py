@@ -69,8 +69,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _price(state: Any, record: Any, health: Any) -> dict[str, Any] | None:
-    """The cluster's price now and at min/max workers (None: its config is not recorded)."""
-    from ..cluster.price import running
+    """The cluster's price now and at min/max workers (None: its config is not recorded). The
+    cluster is up by now: a price that cannot be worked out is unknown, with the reason as a
+    warning, never an error."""
+    from ..cluster.price import running, unknown
+    from ..errors import OrchestrateError
 
-    config = state.store.read_rendered(record.name)
-    return running(config, health, record.created_at) if config else None
+    try:
+        config = state.store.read_rendered(record.name)
+        return running(config, health, record.came_up) if config else None
+    except OrchestrateError as exc:
+        return unknown(exc.message)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:   # as status's _row
+        return unknown(f"{type(exc).__name__}: {exc}")

@@ -69,7 +69,8 @@ def _launcher_files(machine: State, name: str) -> dict[str, str]:
 def _record_fields(record: ClusterRecord) -> dict[str, Any]:
     return {"state": record.state, "head_ip": record.head_ip,
             "dashboard_port": record.dashboard_port, "dashboard_host": record.dashboard_host,
-            "message": record.message, "created_at": record.created_at}
+            "message": record.message, "created_at": record.created_at,
+            "up_at": record.came_up}
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -167,6 +168,8 @@ def _record(name: str, entry: Entry, recorded: dict[str, Any], wanted: Desired |
                            dashboard_port=int(port), dashboard_host=host, message=message)
     if isinstance(fields.get("created_at"), (int, float)):
         record.created_at = float(fields["created_at"])
+    if isinstance(fields.get("up_at"), (int, float)) and not isinstance(fields["up_at"], bool):
+        record.up_at = float(fields["up_at"])
     if record.state == UP and record.head_ip and not record.tunneled:
         record.address = f"http://{record.head_ip}:{record.dashboard_port}"
     return record

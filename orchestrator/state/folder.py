@@ -98,7 +98,7 @@ _RECORD_TYPES: dict[str, tuple[type, ...]] = {
     "name": (str,), "provider": (str,), "file": (str,), "config_hash": (str,), "state": (str,),
     "head_ip": (str, type(None)), "dashboard_port": (int,), "dashboard_host": (str,),
     "address": (str, type(None)), "message": (str, type(None)), "created_at": (int, float),
-    "updated_at": (int, float), "version": (str,),
+    "updated_at": (int, float), "version": (str,), "up_at": (int, float, type(None)),
 }
 _REQUIRED = ("name", "provider", "file", "config_hash")
 

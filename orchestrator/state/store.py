@@ -41,6 +41,13 @@ class ClusterRecord:
     created_at: float = dataclasses.field(default_factory=time.time)
     updated_at: float = dataclasses.field(default_factory=time.time)
     version: str = ""              # orchestrate version that last changed the cluster
+    up_at: float | None = None     # when a launch or restart last succeeded (cost since up)
+
+    @property
+    def came_up(self) -> float:
+        """When the cluster last came up: `up_at`, or for a record written before there was
+        one, its last change."""
+        return self.up_at if self.up_at is not None else self.updated_at
 
     @property
     def tunneled(self) -> bool:

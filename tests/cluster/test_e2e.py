@@ -80,10 +80,12 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
         handle.file.write_text(yaml.safe_dump(config))
         gcs = machine.ray_pids("gcs_server")
         assert len(gcs) == 1
+        came_up = handle.record()["up_at"]
         changed = handle.cli("up", str(handle.file), "-y", "--format", "json")
         assert changed.returncode == 0, changed.stderr
         result = json.loads(changed.stdout)
         assert result["action"] == "updated"
+        assert came_up is not None and result["up_at"] == came_up   # Ray kept running
         assert result["changes"] == ["+ idle_timeout_minutes",   # not in local.yaml before
                                      "+ metadata.orchestrate.autostop.max_uptime_minutes"]
         assert "--no-restart" in changed.stderr
@@ -122,6 +124,8 @@ def test_up_use_up_again_change_move_down(make_machine, tmp_path):
         assert (result["action"], result["changes"]) == ("restarted", ["+ head_setup_commands"])
         assert result["plan"]["jobs_survive"] is False and result["health"] is None
         assert result["state"] == "up" and result["config_hash"] != record["config_hash"]
+        # the cost since up counts from the restart; the cluster's creation is kept
+        assert result["up_at"] > record["up_at"] and result["created_at"] == record["created_at"]
         new_gcs = machine.ray_pids("gcs_server")
         assert len(new_gcs) == 1 and new_gcs != gcs
         gcs = new_gcs
