@@ -13,14 +13,16 @@ own folder is copied here, so it outlives the cluster:
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import launch
 from ..errors import ClusterError
@@ -37,6 +39,7 @@ NO_ARCHIVER = 97   # the head's exit code when ~/.orchestrate/head/archive.py is
 SSH_FAILED = 255   # ssh's own exit code: no connection
 LOG_TIMEOUT = 10.0
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+_T = TypeVar("_T")
 
 
 def local_folder(name: str) -> Path:
@@ -131,11 +134,15 @@ def _private(folder: Path) -> None:
         path.chmod(0o700 if path.is_dir() else 0o600)
 
 
-def find_job(name: str, job_id: str, config: dict[str, Any] | None) -> Archived | None:
+def find_job(name: str, job_id: str, config: dict[str, Any] | None,
+             state: State | None = None) -> Archived | None:
     """Job `job_id` of cluster `name` in its newest archive that has it: those written from
     this machine (`remembered`), then those under the location `config` names (the cluster's
-    last rendered config, when the state still has it). An archive in S3 is read with boto3
-    here, its job's log copied into this machine's folder for the cluster."""
+    last rendered config, when the state still has it), then, for a cluster on hosts that
+    outlive it (on-prem) still recorded in `state` with no `archive:`, the head's own folder
+    over SSH. An archive in S3 is read with boto3 here, its job's log copied into this
+    machine's folder for the cluster. ClusterError when an archive cannot be read (S3 not
+    reached, no credentials, access denied, boto3 not installed), with what to do."""
     if not (_SAFE_ID.fullmatch(job_id) and is_valid_name(name)):
         return None   # a file given for a cluster gone, an id unfit for a file name
     candidates = remembered(name)
@@ -147,18 +154,115 @@ def find_job(name: str, job_id: str, config: dict[str, Any] | None) -> Archived 
         found = _job_in(uri, name, job_id)
         if found is not None:
             return found
+    if base is None and state is not None:
+        return _on_head(name, job_id, config, state)
     return None
+
+
+_LOG_FOLLOWS = "--- orchestrate: the job's log follows ---"
+
+
+def _on_head(name: str, job_id: str, config: dict[str, Any] | None,
+             state: State) -> Archived | None:
+    """The head's own archive folder (a file without `archive:`) of a cluster on hosts that
+    outlive it, still recorded: one SSH command prints the newest archive that has the job's
+    log, its job table and the log, copied into this machine's folder for the cluster."""
+    from .. import providers
+
+    record = state.store.read_cluster(name)
+    if record is None or not record.head_ip or not providers.get(record.provider).FIXED_HOSTS:
+        return None
+    cluster = str((config or {}).get("cluster_name") or name)
+    folder = head_archive.HEAD_FOLDER.removeprefix("~/")
+    log = shlex.quote(f"jobs/{job_id}.log")
+    command = (f'cd "$HOME"/{shlex.quote(f"{folder}/{cluster}")} 2>/dev/null || exit 0; '
+               f'for d in $(ls -1r); do if [ -f "$d"/{log} ]; then '
+               f'printf "%s\\n" "$d"; cat "$d"/jobs.json; '
+               f'printf "\\n%s\\n" {shlex.quote(_LOG_FOLLOWS)}; cat "$d"/{log}; exit 0; fi; '
+               f'done')
+    where = f"{record.head_ip}:{head_archive.HEAD_FOLDER}/{cluster}/"
+
+    def read() -> str:
+        try:
+            return launch.backend(record, state).output(record, command, timeout=LOG_TIMEOUT * 3)
+        except ClusterError as exc:
+            failed = ClusterError(f"the archive of cluster {name} is on its head, {where}, "
+                                  f"which could not be read: {exc.message}", hint=exc.hint)
+            seen = _seen()
+            if seen is not None:   # one try per head and command, however many jobs
+                seen[f"head {name}"] = failed
+            raise failed from None
+
+    failed = (_seen() or {}).get(f"head {name}")
+    if isinstance(failed, ClusterError):
+        raise failed
+    text = _once(f"head {name} {job_id}", read)
+    first, _, rest = text.partition("\n")
+    table, found, job_log = rest.partition(f"\n{_LOG_FOLLOWS}\n")
+    if not found or not first or "/" in first:
+        return None
+    try:
+        job = _entry(json.loads(table), job_id)
+    except ValueError:
+        return None
+    if job is None:
+        return None
+    local = local_folder(name) / first / "jobs" / f"{job_id}.log"
+    atomic_write(local, job_log)
+    return _archived(job, job_id, name, local)
+
+
+# One command's look at the archives (`one_look`): each location listed, each job table read,
+# each failure met once, however many jobs the command asks about.
+_LOOKS: list[dict[str, Any]] = []
+
+
+@contextlib.contextmanager
+def one_look() -> Iterator[None]:
+    _LOOKS.append(_LOOKS[-1] if _LOOKS else {})
+    try:
+        yield
+    finally:
+        _LOOKS.pop()
+
+
+def _seen() -> dict[str, Any] | None:
+    return _LOOKS[-1] if _LOOKS else None
+
+
+def _once(key: str, read: Callable[[], Any]) -> Any:
+    seen = _seen()
+    if seen is None:
+        return read()
+    if key not in seen:
+        try:
+            seen[key] = read()
+        except ClusterError as exc:
+            seen[key] = exc
+    found = seen[key]
+    if isinstance(found, ClusterError):
+        raise found
+    return found
 
 
 def _listed(base: str) -> list[str]:
     """The archives under `base` (s3:// or a folder), newest first (their names sort by time)."""
+    found: list[str] = _once(f"list {base}", lambda: _list(base))
+    return found
+
+
+def _list(base: str) -> list[str]:
     parsed = urllib.parse.urlparse(base)
     if parsed.scheme == "s3":
         prefix = parsed.path.strip("/") + "/"
-        pages = _s3().get_paginator("list_objects_v2").paginate(
-            Bucket=parsed.netloc, Prefix=prefix, Delimiter="/")
-        names = [p["Prefix"][len(prefix):].strip("/") for page in pages
-                 for p in page.get("CommonPrefixes") or []]
+
+        def pages() -> list[str]:
+            return [p["Prefix"][len(prefix):].strip("/")
+                    for page in _s3(base).get_paginator("list_objects_v2").paginate(
+                        Bucket=parsed.netloc, Prefix=prefix, Delimiter="/")
+                    for p in page.get("CommonPrefixes") or []]
+
+        names = _s3_read(base, pages) or []
         return [f"{base}/{n}" for n in sorted(names, reverse=True)]
     folder = _folder(base)
     names = [p.name for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
@@ -170,11 +274,15 @@ def _job_in(uri: str, name: str, job_id: str) -> Archived | None:
     try:
         if parsed.scheme == "s3":
             local = local_folder(name) / Path(parsed.path).name
-            table = json.loads(_s3_text(parsed.netloc, f"{parsed.path.strip('/')}/jobs.json"))
-            job = _entry(table, job_id)
+            key = parsed.path.strip("/")
+            table = _once(f"table {uri}", lambda: _s3_text(uri, parsed.netloc,
+                                                            f"{key}/jobs.json"))
+            job = _entry(json.loads(table), job_id) if table is not None else None
             if job is None:
                 return None
-            text = _s3_text(parsed.netloc, f"{parsed.path.strip('/')}/jobs/{job_id}.log")
+            text = _s3_text(uri, parsed.netloc, f"{key}/jobs/{job_id}.log")
+            if text is None:
+                return None
             atomic_write(local / "jobs" / f"{job_id}.log", text)
             log = local / "jobs" / f"{job_id}.log"
         else:
@@ -185,10 +293,10 @@ def _job_in(uri: str, name: str, job_id: str) -> Archived | None:
             log = folder / "jobs" / f"{job_id}.log"
     except (OSError, ValueError, LookupError):
         return None
-    except Exception as exc:  # noqa: BLE001 - botocore's: an archive not found, refused
-        if type(exc).__module__.startswith("botocore"):
-            return None
-        raise
+    return _archived(job, job_id, name, log)
+
+
+def _archived(job: dict[str, Any], job_id: str, name: str, log: Path) -> Archived:
     status = str(job.get("status") or "UNKNOWN")
     ended = status in ("SUCCEEDED", "FAILED", "STOPPED")
     return Archived(job_id, status if ended else "STOPPED",
@@ -210,15 +318,68 @@ def _folder(uri: str) -> Path:
     return Path(urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else uri)
 
 
-def _s3() -> Any:
-    import boto3  # the endpoint (AWS_ENDPOINT_URL) and credentials from the environment
+def _s3(where: str) -> Any:
+    try:
+        import boto3  # the endpoint (AWS_ENDPOINT_URL) and credentials from the environment
+        from botocore.config import Config
+    except ImportError:
+        raise ClusterError(f"reading the archive {where} needs boto3, which is not installed",
+                           hint='pip install "orchestrate[aws]"') from None
+    # a command waits on it: a few seconds for an S3 that does not answer, not minutes
+    return boto3.session.Session().client("s3", config=Config(connect_timeout=5, read_timeout=30,
+        retries={"max_attempts": 2, "mode": "standard"}))
 
-    return boto3.client("s3")
+
+def _s3_text(where: str, bucket: str, key: str) -> str | None:
+    """The object's text; None when there is no such key."""
+    def read() -> str:
+        body = _s3(where).get_object(Bucket=bucket, Key=key)["Body"].read()
+        return bytes(body).decode("utf-8", errors="replace")
+
+    return _s3_read(where, read)
 
 
-def _s3_text(bucket: str, key: str) -> str:
-    body = _s3().get_object(Bucket=bucket, Key=key)["Body"].read()
-    return bytes(body).decode("utf-8", errors="replace")
+_MISSING = ("NoSuchKey", "404", "NotFound")
+_REFUSED = ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+            "InvalidToken", "AllAccessDisabled")
+
+
+def _s3_read(where: str, read: Callable[[], _T]) -> _T | None:
+    """read(); None for a key that is not there; what botocore raises otherwise as a
+    ClusterError naming the archive and what to do."""
+    try:
+        return read()
+    except ClusterError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - botocore's; anything else is a bug, raised
+        if not type(exc).__module__.startswith(("botocore", "urllib3")):
+            raise
+        code = str(((getattr(exc, "response", None) or {}).get("Error") or {}).get("Code") or "")
+        if code in _MISSING:
+            return None
+        raise _unreadable(where, exc, code) from None
+
+
+def _unreadable(where: str, exc: Exception, code: str) -> ClusterError:
+    credentials = (f"AWS credentials for {where} (s3:ListBucket and s3:GetObject) on this "
+                   "machine: AWS_PROFILE, or `aws configure`")
+    kind = type(exc).__name__
+    if code == "NoSuchBucket":
+        return ClusterError(f"the archive {where} cannot be read: its bucket does not exist",
+                            hint="check `archive:` in the cluster file")
+    if code in _REFUSED:
+        return ClusterError(f"the archive {where} cannot be read: S3 refused ({code})",
+                            hint=credentials)
+    if kind in ("NoCredentialsError", "PartialCredentialsError", "NoRegionError",
+                "CredentialRetrievalError"):
+        return ClusterError(f"the archive {where} cannot be read: no AWS credentials here "
+                            f"({exc})", hint=credentials)
+    if code:
+        return ClusterError(f"the archive {where} cannot be read: S3 answered {code}",
+                            hint=credentials)
+    return ClusterError(f"the archive {where} cannot be read: S3 did not answer ({exc})",
+                        hint="check the network (and AWS_ENDPOINT_URL when it is set), then "
+                             "run it again")
 
 
 def _number(value: Any) -> float | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import contract
-from ..errors import OrchestrateError
+from ..errors import ClusterError, OrchestrateError
 from ..state import State
 from .client import TERMINAL
 
@@ -59,24 +59,38 @@ def _is_of(row: dict[str, Any], experiment: str) -> bool:
 def refresh(rows: list[dict[str, Any]], state: State,
             progress: Callable[[str], None]) -> list[dict[str, Any]]:
     """Ask Ray about the runs not seen to end (once per cluster; a Ray that does not answer
-    leaves them as recorded, with a note); record what ended."""
+    leaves them as recorded, with a note); record what ended. A cluster's archives are read
+    once for all its runs (`cluster.archive.one_look`); one that cannot be read is a warning,
+    once, and its runs are not found there."""
+    from ..cluster.archive import one_look
+
     waiting: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         if row["status"] not in TERMINAL:
             waiting.setdefault(row["cluster"], []).append(row)
-    for cluster, pending in waiting.items():
-        try:
-            _ask(cluster, pending, state)
-        except OrchestrateError as exc:
-            unknown = [row for row in pending if not from_archive(row, state)]
-            if unknown:
-                progress(f"note: {len(unknown)} run(s) on {cluster} not updated: {exc.message}")
-            for row in unknown:
-                row["status"] = UNKNOWN
+    warned: set[str] = set()
+
+    def warn(message: str) -> None:
+        if message not in warned:
+            warned.add(message)
+            progress(f"warning: {message}")
+
+    with one_look():
+        for cluster, pending in waiting.items():
+            try:
+                _ask(cluster, pending, state, warn)
+            except OrchestrateError as exc:
+                unknown = [row for row in pending if not from_archive(row, state, warn)]
+                if unknown:
+                    progress(f"note: {len(unknown)} run(s) on {cluster} not updated: "
+                             f"{exc.message}")
+                for row in unknown:
+                    row["status"] = UNKNOWN
     return rows
 
 
-def _ask(cluster: str, rows: list[dict[str, Any]], state: State) -> None:
+def _ask(cluster: str, rows: list[dict[str, Any]], state: State,
+         warn: Callable[[str], None]) -> None:
     from ..reach.target import recorded_cluster
     from .experiment import outcome
     from .targets import jobs_on
@@ -87,7 +101,7 @@ def _ask(cluster: str, rows: list[dict[str, Any]], state: State) -> None:
             try:
                 status = jobs.status(row["job_id"])
             except OrchestrateError as exc:   # this Ray does not know it (restarted since)
-                if not from_archive(row, state):
+                if not from_archive(row, state, warn):
                     row.update(status=UNKNOWN, error=exc.message)
                 continue
             row["status"] = status
@@ -105,13 +119,18 @@ def _ask(cluster: str, rows: list[dict[str, Any]], state: State) -> None:
             state.store.update_job(row["job_id"], fields)
 
 
-def from_archive(row: dict[str, Any], state: State) -> bool:
+def from_archive(row: dict[str, Any], state: State,
+                 warn: Callable[[str], None] = lambda _: None) -> bool:
     """A run that its Ray cannot tell about (stopped, restarted, a cluster gone): its end as
     kept when that Ray went (`jobs.targets.archived`), recorded as `_ask` records what Ray says;
-    False if none was kept."""
+    False if none was kept, or the archive cannot be read (why: to `warn`)."""
     from .targets import archived
 
-    kept = archived(row["job_id"], state)
+    try:
+        kept = archived(row["job_id"], state)
+    except ClusterError as exc:
+        warn(exc.message + (f" ({exc.hint})" if exc.hint else ""))
+        return False
     if kept is None:
         return False
     summary = contract.parse_result(kept.log()) or {}

@@ -38,7 +38,8 @@ def archived(job_id: str, state: State, cluster: str | None = None) -> archive.A
     under that id (an unchanged experiment run again on a later Ray reuses the id): a cluster's
     job (the cluster this machine sent it to, or `cluster`) in that cluster's archives
     (`cluster.archive`, newest first), an embedded Ray's as kept when it stopped
-    (`reach.archive`); None otherwise."""
+    (`reach.archive`); None otherwise. ClusterError when a cluster's archive cannot be read
+    (`cluster.archive.find_job`)."""
     record = state.store.job(job_id) or {}
     name = cluster or record.get("cluster")
     if name:
@@ -48,7 +49,7 @@ def archived(job_id: str, state: State, cluster: str | None = None) -> archive.A
             config = state.store.read_rendered(str(name))
         except OrchestrateError:
             config = None
-        kept = find_job(str(name), job_id, config)
+        kept = find_job(str(name), job_id, config, state)
     else:
         kept = archive.read(job_id)
     submitted = record.get("submitted_at")
