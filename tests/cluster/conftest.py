@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from tests import prerequisites
+from tests.moto_server import aws_env, moto_server  # noqa: F401 - fixtures (test_archive_read)
 
 from .hosts import Network, local_cluster
 

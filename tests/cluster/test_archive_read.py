@@ -15,7 +15,7 @@ import pytest
 from orchestrator.cluster import archive
 from orchestrator.errors import ClusterError
 from orchestrator.state import State
-from tests.moto_server import aws_env, client, make_bucket, moto_server  # noqa: F401 - fixtures
+from tests.moto_server import client, make_bucket
 
 JOB = "job-1"
 STAMP = "20261126T120000Z-down"
