@@ -99,7 +99,8 @@ def node_config(group: Config) -> Config:
 
 
 def check(spec: ClusterView) -> list[CheckResult]:
-    return _checks(spec) + cloud.node_types_note(spec, NAME)
+    return _checks(spec) + cloud.archive_note(spec) + \
+        cloud.node_types_note(spec, NAME)
 
 
 CREDENTIALS_HINT = "run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"

@@ -100,7 +100,8 @@ def node_config(group: Config) -> Config:
 
 
 def check(spec: ClusterView) -> list[CheckResult]:
-    return _checks(spec) + head_credentials(spec) + cloud.node_types_note(spec, NAME)
+    return _checks(spec) + head_credentials(spec) + cloud.archive_note(spec) + \
+        cloud.node_types_note(spec, NAME)
 
 
 def head_credentials(spec: ClusterView) -> list[CheckResult]:

@@ -12,7 +12,16 @@ from ..errors import Problem
 from ..util.progress import Progress
 from ..yamlload import Document
 from . import prices
-from .base import WARN, CheckResult, ClusterView, Config, FieldPath, NodePrice, node_path
+from .base import (
+    WARN,
+    CheckResult,
+    Checks,
+    ClusterView,
+    Config,
+    FieldPath,
+    NodePrice,
+    node_path,
+)
 
 LEGACY_KEYS: tuple[str, ...] = ()
 RAY_REPLACES: tuple[str, ...] = ()
@@ -142,6 +151,21 @@ HEAD_CREDENTIALS = "head credentials"   # the check's name, the same on every cl
 def autostop_wanted(spec: ClusterView) -> bool:
     """Autostop takes the cluster down from its head, with the head's credentials."""
     return cluster_settings.autostop(spec.document) is not None
+
+
+ARCHIVE_CHECK = "archive"
+
+
+def archive_note(spec: ClusterView) -> list[CheckResult]:
+    """Autostop without `archive:`: the logs are archived on the head's own disk, which the
+    takedown deletes with the head."""
+    if not autostop_wanted(spec) or cluster_settings.archive(spec.document) is not None:
+        return []
+    checks = Checks(spec)
+    checks.warn(ARCHIVE_CHECK, "autostop takes the cluster down from its head; without "
+                "`archive:` the logs are archived on the head's disk and go with it",
+                "set archive: s3://... (the head needs s3:PutObject there)", AUTOSTOP_PATH)
+    return checks.results
 
 
 def head_node_config(spec: ClusterView) -> tuple[str, Config]:

@@ -182,7 +182,8 @@ def node_config(group: Config) -> Config:
 
 
 def check(spec: ClusterView) -> list[CheckResult]:
-    return _checks(spec) + head_credentials(spec) + cloud.node_types_note(spec, NAME)
+    return _checks(spec) + head_credentials(spec) + cloud.archive_note(spec) + \
+        cloud.node_types_note(spec, NAME)
 
 
 # Ray's default head account and its roles (ray/autoscaler/_private/gcp/config.py).

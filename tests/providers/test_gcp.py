@@ -278,3 +278,18 @@ def test_autostop_with_a_head_account_scoped_off_compute_fails(cluster):
     [result] = gcp.head_credentials(cluster(yaml + AUTOSTOP))
     assert result.status == FAIL and "do not reach Compute Engine" in result.detail
     assert gcp.head_credentials(cluster(yaml, name="no-autostop.yaml")) == []
+
+
+def test_autostop_without_an_archive_warns_that_the_logs_go_with_the_head(cluster):
+    """On clouds the takedown deletes the head, and with it the head's own archive folder."""
+    from orchestrator.providers import cloud
+
+    [result] = cloud.archive_note(cluster(gcp_yaml() + AUTOSTOP))
+    assert (result.name, result.status) == ("archive", WARN)
+    assert result.detail == ("autostop takes the cluster down from its head; without `archive:` "
+                             "the logs are archived on the head's disk and go with it")
+    assert result.hint == "set archive: s3://... (the head needs s3:PutObject there)"
+    assert result.field == "metadata.orchestrate.autostop"
+    archived = AUTOSTOP.replace("}}}", "}, archive: 's3://b/logs'}}")
+    assert cloud.archive_note(cluster(gcp_yaml() + archived, name="archived.yaml")) == []
+    assert cloud.archive_note(cluster(gcp_yaml(), name="no-autostop.yaml")) == []
