@@ -18,7 +18,8 @@ from orchestrator.language.schema import load_schema
 from orchestrator.providers.prices import lookup
 from orchestrator.state.document import StateDoc
 
-from .test_planner import Project, applied
+from .test_planner import Project
+from .test_planner import applied as applied_local
 
 REGION = "us-west-2"
 
@@ -43,6 +44,15 @@ def project(tmp_path, monkeypatch) -> Project:
     project = Project(tmp_path / "repo")
     project.write("clusters", "gpu", aws("gpu"))
     return project
+
+
+def applied(project: Project) -> StateDoc:
+    """The state after an apply of the project's files as they are now."""
+    doc = applied_local(project)
+    for entry in doc.resources.values():
+        if entry["kind"] == "cluster":
+            entry["provider"] = "aws"
+    return doc
 
 
 def budget(project: Project, **caps: float) -> None:
@@ -158,3 +168,23 @@ def test_the_budget_is_checked_by_the_project_schema(project):
         load_project(project.root / "orchestrate.yaml")
     assert "budget.max_hourly" in str(raised.value.problems[0].field) or \
         "budget" in str(raised.value)
+
+
+def test_an_unknown_price_elsewhere_does_not_let_a_new_cluster_past_max_hourly(project):
+    project.write("clusters", "old", aws("old", instance="g9.unknown"))
+    doc = applied(project)
+    budget(project, max_hourly=1)
+    project.write("clusters", "big", aws("big", workers=8))
+    plan = planned(project, doc)
+    assert any("total is unknown" in why and "cluster/old" in why for why in plan.cost.over), \
+        plan.cost.over
+
+
+def test_deleting_or_keeping_an_unknown_cluster_is_not_judged_by_the_budget(project):
+    project.write("clusters", "old", aws("old", instance="g9.unknown"))
+    doc = applied(project)
+    budget(project, max_hourly=1, max_cluster_hourly=1)   # broken already by cluster/gpu
+    (project.root / "clusters" / "old.yaml").unlink()
+    plan = planned(project, doc)
+    assert [c.action for c in plan.actions] == ["delete"]
+    assert plan.cost.over == ()
