@@ -202,3 +202,23 @@ def over_budget(cost: PlanCost, planned: set[str]) -> tuple[str, ...]:
                         f"plan ({signed(cost.change)}), over the budget's max_hourly of "
                         f"{money(budget.max_hourly)}")
     return tuple(dict.fromkeys(over))
+
+
+def time_limit(document: dict[str, Any]) -> tuple[float, str] | None:
+    """The time an experiment states it runs at most (seconds) and the field that says so."""
+    tune = (document.get("tune") or {}).get("tune_config") or {}
+    seconds = tune.get("time_budget_s")
+    return (float(seconds), "tune.tune_config.time_budget_s") if seconds else None
+
+
+def estimate(document: dict[str, Any], cluster: ClusterCost | None) -> dict[str, Any] | None:
+    """What a run may cost: its cluster at max_workers for the time it states (None when it
+    states none); `at_most` None when the cluster's price is unknown."""
+    limit = time_limit(document)
+    if limit is None:
+        return None
+    seconds, field = limit
+    hourly = cluster.after.at_max if cluster is not None and cluster.after is not None else None
+    return {"at_most": _round(None if hourly is None else hourly * seconds / 3600),
+            "hours": round(seconds / 3600, 4), "field": field,
+            "cluster": cluster.address if cluster is not None else None}

@@ -188,3 +188,25 @@ def test_deleting_or_keeping_an_unknown_cluster_is_not_judged_by_the_budget(proj
     plan = planned(project, doc)
     assert [c.action for c in plan.actions] == ["delete"]
     assert plan.cost.over == ()
+
+
+def test_a_sweep_with_a_time_budget_on_a_cluster_is_given_its_estimated_cost(project):
+    from .test_planner import experiment
+
+    sweep = experiment("sweep", "../clusters/gpu.yaml")
+    sweep["tune"] = {"param_space": {"train_loop_config": {"lr": {"grid_search": [0.1, 0.01]}}},
+                     "tune_config": {"time_budget_s": 5400}}
+    project.write("experiments", "sweep", sweep)
+    project.write("experiments", "plain", experiment("plain", "../clusters/gpu.yaml"))
+    plan = planned(project)
+    by = {c.address: c for c in plan.changes}
+    at_max = price("m5.2xlarge") + 4 * price("g5.xlarge")
+    found = by["experiment/sweep"].estimate
+    assert found["at_most"] == pytest.approx(at_max * 1.5, abs=1e-3)
+    assert found["hours"] == 1.5 and found["cluster"] == "cluster/gpu"
+    assert by["experiment/plain"].estimate is None          # no time limit: no estimate
+    assert f"estimated cost: at most ${at_max * 1.5:,.2f} (cluster/gpu at max_workers for " \
+           f"1.5 h, its tune.tune_config.time_budget_s)" in report.text(plan)
+    document = report.as_json(plan, None)
+    jsonschema.validate(document, load_schema("plan"))
+    assert "**Estimated cost of runs**" in report.markdown(plan, None)
