@@ -112,6 +112,12 @@ def build() -> dict:
                             "mode": {"type": "string", "enum": ["max", "min"]},
                             "num_samples": POS_INT,
                             "max_concurrent_trials": POS_INT,
+                            "time_budget_s": {
+                                "type": "number", "exclusiveMinimum": 0,
+                                "description": "Ray Tune's time budget: the sweep ends after "
+                                               "this many seconds, the trials running then "
+                                               "stopped. With a cluster, `plan` estimates the "
+                                               "sweep's cost from it."},
                             "scheduler": {
                                 "type": "object", "required": ["type"], "additionalProperties": False,
                                 "properties": {

@@ -101,10 +101,10 @@ def _print_clusters(rows: list[dict[str, Any]]) -> None:
         verdict = "ok" if live["reachable"] else (live.get("error") or "unreachable")
         price = row.get("price")
         table.append([row["name"], row["provider"], row["state"], nodes, _resources(live),
-                      _money(price, "now"), _money(price, "at_max"),
+                      f"{_money(price, 'now')} ({_money(price, 'at_max')})",
                       where, time.strftime("%Y-%m-%d %H:%M", time.localtime(row["updated_at"])),
                       verdict, _autostop(row.get("autostop"))])
-    print_table(table, ["NAME", "PROVIDER", "STATE", "NODES", "RESOURCES", "$/H NOW", "$/H MAX",
+    print_table(table, ["NAME", "PROVIDER", "STATE", "NODES", "RESOURCES", "$/H NOW (MAX)",
                         "ADDRESS", "UPDATED", "HEALTH", "AUTOSTOP"])
     sources = sorted({row["price"]["source"] for row in rows
                       if row.get("price") and row["price"].get("source")})

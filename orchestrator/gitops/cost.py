@@ -7,9 +7,10 @@ Pure: prices come from the catalog shipped with the package (`providers.cost`). 
 catalog lacks is unknown, never guessed: a total that counts it is unknown too, and a budget
 cannot pass a cluster the plan creates or makes dearer whose price is unknown.
 
-A plan is over budget when, after it, a cap is exceeded by something the plan makes dearer: a
-cluster it creates or changes whose price at max_workers rose above `max_cluster_hourly`, or a
-rise of the total above `max_hourly`. A plan that lowers the cost is never refused.
+A plan is judged only when it makes a cluster dearer (creates it, or changes it to a higher or
+unknown price at max_workers): then that cluster must fit `max_cluster_hourly` and the
+project's total after the plan `max_hourly`; an unknown price cannot pass. A plan that lowers
+the cost, or deletes, is never refused, even under a budget already broken.
 """
 from __future__ import annotations
 
@@ -163,14 +164,24 @@ def plan_cost(clusters: list[tuple[str, bool, dict[str, Any] | None, dict[str, A
     return PlanCost(cost.clusters, cost.source, budget, over_budget(cost, planned))
 
 
+def dearer(item: ClusterCost) -> bool:
+    """The plan may make this cluster cost more: it comes or changes, and its price at
+    max_workers rises or cannot be compared (an unknown price counts as a rise). A cluster the
+    plan deletes, or leaves at the same price, is not dearer."""
+    if item.after is None or item.before == item.after:
+        return False
+    return item.change is None or item.change > 1e-9
+
+
 def over_budget(cost: PlanCost, planned: set[str]) -> tuple[str, ...]:
+    """Why the plan breaks the budget: only what it makes dearer is judged, so a plan that
+    lowers the cost, or touches nothing dearer, always passes."""
     budget = cost.budget
-    if budget is None:
+    rising = [c for c in cost.clusters if c.address in planned and dearer(c)]
+    if budget is None or not rising:
         return ()
     over: list[str] = []
-    dearer = [c for c in cost.clusters if c.address in planned and c.after is not None
-              and (c.change is None or c.change > 1e-9)]
-    for item in dearer:
+    for item in rising:
         assert item.after is not None
         if item.after.at_max is None:
             over.append(f"{item.address}: its price is unknown, so the budget cannot be checked"
@@ -179,10 +190,35 @@ def over_budget(cost: PlanCost, planned: set[str]) -> tuple[str, ...]:
                 item.after.at_max > budget.max_cluster_hourly + 1e-9:
             over.append(f"{item.address} costs {money(item.after.at_max)} at max_workers, over "
                         f"the budget's max_cluster_hourly of {money(budget.max_cluster_hourly)}")
-    total, change = cost.after, cost.change
-    if budget.max_hourly is not None and total is not None and \
-            total > budget.max_hourly + 1e-9 and (change is None or change > 1e-9):
-        over.append(f"the project's clusters cost {money(total)} at max_workers after this "
-                    f"plan ({signed(change)}), over the budget's max_hourly of "
-                    f"{money(budget.max_hourly)}")
-    return tuple(over)
+    if budget.max_hourly is not None:
+        total = cost.after
+        if total is None:
+            unknown = [c.address for c in cost.clusters
+                       if c.after is not None and c.after.at_max is None]
+            over.append(f"the project's total is unknown ({', '.join(unknown)}: price unknown), "
+                        f"so max_hourly cannot be checked")
+        elif total > budget.max_hourly + 1e-9:
+            over.append(f"the project's clusters cost {money(total)} at max_workers after this "
+                        f"plan ({signed(cost.change)}), over the budget's max_hourly of "
+                        f"{money(budget.max_hourly)}")
+    return tuple(dict.fromkeys(over))
+
+
+def time_limit(document: dict[str, Any]) -> tuple[float, str] | None:
+    """The time an experiment states it runs at most (seconds) and the field that says so."""
+    tune = (document.get("tune") or {}).get("tune_config") or {}
+    seconds = tune.get("time_budget_s")
+    return (float(seconds), "tune.tune_config.time_budget_s") if seconds else None
+
+
+def estimate(document: dict[str, Any], cluster: ClusterCost | None) -> dict[str, Any] | None:
+    """What a run may cost: its cluster at max_workers for the time it states (None when it
+    states none); `at_most` None when the cluster's price is unknown."""
+    limit = time_limit(document)
+    if limit is None:
+        return None
+    seconds, field = limit
+    hourly = cluster.after.at_max if cluster is not None and cluster.after is not None else None
+    return {"at_most": _round(None if hourly is None else hourly * seconds / 3600),
+            "hours": round(seconds / 3600, 4), "field": field,
+            "cluster": cluster.address if cluster is not None else None}

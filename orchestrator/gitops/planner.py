@@ -23,10 +23,11 @@ from typing import Any
 from ..actions import GROUPS, Action
 from ..cluster.plan import Recorded, plan_cluster
 from ..errors import Problem, SpecError
+from ..language.experiment import ExperimentSpec
 from ..language.project import Budget
 from ..state import UP, ClusterRecord
 from ..state.document import Entry, StateDoc, address
-from .cost import PlanCost, plan_cost
+from .cost import PlanCost, estimate, plan_cost
 from .desired import Desired
 from .live import RUNNING, Live
 
@@ -49,6 +50,7 @@ class Change:
     destructive: bool = False
     runs: tuple[str, ...] = ()          # a cluster whose file is gone: what its teardown runs
     price: dict[str, Any] | None = None  # a cluster's: `cost.ClusterCost.as_dict()`
+    estimate: dict[str, Any] | None = None  # an experiment's with a time limit: `cost.estimate`
 
     def as_dict(self) -> dict[str, Any]:
         found = {"address": self.address, "kind": self.kind, "name": self.name,
@@ -58,6 +60,8 @@ class Change:
                  "cluster": self.cluster, "runs": list(self.runs)}
         if self.price is not None:
             found["price"] = self.price
+        if self.estimate is not None:
+            found["estimate"] = self.estimate
         return found
 
 
@@ -261,6 +265,15 @@ def _priced(changes: list[Change], clusters: dict[str, Desired], doc: StateDoc,
     return priced, cost
 
 
+def _estimated(change: Change, item: Desired | None, cost: PlanCost) -> Change:
+    """An experiment to submit that states a time limit, on a cluster: what it may cost."""
+    if change.action not in (Action.SUBMIT, Action.RESUBMIT) or item is None or \
+            not change.cluster or not isinstance(item.spec, ExperimentSpec):
+        return change
+    found = estimate(item.spec.document, cost.of(address("cluster", change.cluster)))
+    return dataclasses.replace(change, estimate=found) if found else change
+
+
 def plan_project(desired: list[Desired], doc: StateDoc, live: Live, *,
                  partial: bool = False, budget: Budget | None = None) -> ProjectPlan:
     clusters = {d.name: d for d in desired if d.kind == "cluster"}
@@ -270,7 +283,8 @@ def plan_project(desired: list[Desired], doc: StateDoc, live: Live, *,
     cluster_changes, cost = _priced(cluster_changes, clusters, doc, budget)
     experiment_changes, experiment_drift = _experiment_changes(experiments, doc, live, partial)
     leaving = [c for c in experiment_changes if c.action in LEAVING]
-    coming = [c for c in experiment_changes if c.action not in LEAVING]
+    coming = [_estimated(c, experiments.get(c.name), cost) for c in experiment_changes
+              if c.action not in LEAVING]
     cluster_changes.sort(key=lambda c: (c.action is not Action.DESTROY, c.name))
     return ProjectPlan(doc.project, doc.lineage, doc.serial, partial, live.refreshed,
                        tuple(leaving + cluster_changes + coming),

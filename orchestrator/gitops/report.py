@@ -73,6 +73,14 @@ def price_line(change: Change) -> str | None:
             + (f"; {signed(change_at_max)} at max)" if change_at_max is not None else ")"))
 
 
+def estimate_line(found: dict[str, Any]) -> str:
+    """`estimated cost: at most $4.41 (cluster/gpu at max_workers for 1.0 h, its time_budget_s)`"""
+    at_most = found.get("at_most")
+    amount = "unknown" if at_most is None else f"at most ${at_most:,.2f}"
+    return (f"estimated cost: {amount} ({found.get('cluster')} at max_workers for "
+            f"{found.get('hours', 0):g} h, its {found.get('field')})")
+
+
 def cost_lines(cost: PlanCost | None) -> list[str]:
     """The project's total at max_workers, where prices come from, and the budget."""
     if cost is None or not cost.clusters:
@@ -102,6 +110,8 @@ def _lines(change: Change) -> list[str]:
     price = price_line(change)
     if price:
         lines.append(f"      {price}")
+    if change.estimate:
+        lines.append(f"      {estimate_line(change.estimate)}")
     if change.interrupts:
         lines.append(f"      interrupts running jobs: {', '.join(change.interrupts)}")
     if change.runs:
@@ -164,6 +174,11 @@ def markdown(plan: ProjectPlan, commit: str | None) -> str:
         out += ["", f":warning: {len(plan.destructive)} destructive change(s): apply needs "
                     f"`--allow-destructive`."]
     out += _cost_markdown(plan.cost)
+    estimated = [c for c in plan.actions if c.estimate]
+    if estimated:
+        out += ["", "**Estimated cost of runs** (their time limit, the cluster at max_workers):",
+                ""]
+        out += [f"- `{c.address}`: {_cell(estimate_line(c.estimate or {}))}" for c in estimated]
     return "\n".join(out) + "\n"
 
 

@@ -18,7 +18,8 @@ from orchestrator.language.schema import load_schema
 from orchestrator.providers.prices import lookup
 from orchestrator.state.document import StateDoc
 
-from .test_planner import Project, applied
+from .test_planner import Project
+from .test_planner import applied as applied_local
 
 REGION = "us-west-2"
 
@@ -43,6 +44,15 @@ def project(tmp_path, monkeypatch) -> Project:
     project = Project(tmp_path / "repo")
     project.write("clusters", "gpu", aws("gpu"))
     return project
+
+
+def applied(project: Project) -> StateDoc:
+    """The state after an apply of the project's files as they are now."""
+    doc = applied_local(project)
+    for entry in doc.resources.values():
+        if entry["kind"] == "cluster":
+            entry["provider"] = "aws"
+    return doc
 
 
 def budget(project: Project, **caps: float) -> None:
@@ -158,3 +168,45 @@ def test_the_budget_is_checked_by_the_project_schema(project):
         load_project(project.root / "orchestrate.yaml")
     assert "budget.max_hourly" in str(raised.value.problems[0].field) or \
         "budget" in str(raised.value)
+
+
+def test_an_unknown_price_elsewhere_does_not_let_a_new_cluster_past_max_hourly(project):
+    project.write("clusters", "old", aws("old", instance="g9.unknown"))
+    doc = applied(project)
+    budget(project, max_hourly=1)
+    project.write("clusters", "big", aws("big", workers=8))
+    plan = planned(project, doc)
+    assert any("total is unknown" in why and "cluster/old" in why for why in plan.cost.over), \
+        plan.cost.over
+
+
+def test_deleting_or_keeping_an_unknown_cluster_is_not_judged_by_the_budget(project):
+    project.write("clusters", "old", aws("old", instance="g9.unknown"))
+    doc = applied(project)
+    budget(project, max_hourly=1, max_cluster_hourly=1)   # broken already by cluster/gpu
+    (project.root / "clusters" / "old.yaml").unlink()
+    plan = planned(project, doc)
+    assert [c.action for c in plan.actions] == ["delete"]
+    assert plan.cost.over == ()
+
+
+def test_a_sweep_with_a_time_budget_on_a_cluster_is_given_its_estimated_cost(project):
+    from .test_planner import experiment
+
+    sweep = experiment("sweep", "../clusters/gpu.yaml")
+    sweep["tune"] = {"param_space": {"train_loop_config": {"lr": {"grid_search": [0.1, 0.01]}}},
+                     "tune_config": {"time_budget_s": 5400}}
+    project.write("experiments", "sweep", sweep)
+    project.write("experiments", "plain", experiment("plain", "../clusters/gpu.yaml"))
+    plan = planned(project)
+    by = {c.address: c for c in plan.changes}
+    at_max = price("m5.2xlarge") + 4 * price("g5.xlarge")
+    found = by["experiment/sweep"].estimate
+    assert found["at_most"] == pytest.approx(at_max * 1.5, abs=1e-3)
+    assert found["hours"] == 1.5 and found["cluster"] == "cluster/gpu"
+    assert by["experiment/plain"].estimate is None          # no time limit: no estimate
+    assert f"estimated cost: at most ${at_max * 1.5:,.2f} (cluster/gpu at max_workers for " \
+           f"1.5 h, its tune.tune_config.time_budget_s)" in report.text(plan)
+    document = report.as_json(plan, None)
+    jsonschema.validate(document, load_schema("plan"))
+    assert "**Estimated cost of runs**" in report.markdown(plan, None)
