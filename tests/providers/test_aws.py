@@ -210,7 +210,7 @@ def test_rejected_credentials_stop_before_any_ec2_call(aws, fake_cloud, cluster,
     assert "Action=GetCallerIdentity" in fake_cloud.requests[0]["body"]
 
 
-AUTOSTOP = "metadata: {orchestrate: {autostop: {idle_minutes: 30}}}\n"  # after the text's last line, "    "
+AUTOSTOP = "autostop: {idle_minutes: 30}\n"  # after the text's last line, "    "
 
 
 def head_profile(aws, name: str, policy: dict | None = None, managed: str | None = None) -> None:

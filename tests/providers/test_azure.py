@@ -168,7 +168,7 @@ def test_default_node_types_are_reported_as_unchecked(azure, cluster):
     assert others == {"credentials": OK, "subscription": OK, "location": OK}
 
 
-AUTOSTOP = "metadata: {orchestrate: {autostop: {idle_minutes: 20}}}\n"
+AUTOSTOP = "autostop: {idle_minutes: 20}\n"
 
 
 def test_autostop_with_the_identity_rays_template_gives_the_head_passes(cluster):

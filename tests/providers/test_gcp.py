@@ -242,7 +242,7 @@ def test_project_wide_gpu_quota_of_a_new_project(gcp, cluster):
     assert failed[0].hint == "lower max_workers, or request more GPUS_ALL_REGIONS quota"
 
 
-AUTOSTOP = "metadata: {orchestrate: {autostop: {max_uptime_minutes: 600}}}\n"
+AUTOSTOP = "autostop: {max_uptime_minutes: 600}\n"
 
 
 def with_account(yaml: str, scopes: str) -> str:
@@ -290,6 +290,6 @@ def test_autostop_without_an_archive_warns_that_the_logs_go_with_the_head(cluste
                              "the logs are archived on the head's disk and go with it")
     assert result.hint == "set archive: s3://... (the head needs s3:PutObject there)"
     assert result.field == "metadata.orchestrate.autostop"
-    archived = AUTOSTOP.replace("}}}", "}, archive: 's3://b/logs'}}")
+    archived = AUTOSTOP + "    archive: s3://my-logs/ray\n"   # indented as the text above
     assert cloud.archive_note(cluster(gcp_yaml() + archived, name="archived.yaml")) == []
     assert cloud.archive_note(cluster(gcp_yaml(), name="no-autostop.yaml")) == []
