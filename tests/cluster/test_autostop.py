@@ -62,17 +62,19 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
     try:
         # Each cluster gets its job as soon as it is up (the idle clock runs from then): one
         # that outlives the uptime limit, and one longer than the idle limit.
-        def up(machine, name, autostop, entrypoint):
+        def up(machine, name, autostop, entrypoint, **archive):
             handle = launch(machine, tmp_path / name, f"{name}-{machine.name}", autostop=autostop,
-                            archive=f"file://{shared}")
+                            **archive)
             handles.append(handle)
             return handle, submit(handle, entrypoint)
 
         with ThreadPoolExecutor(2) as pool:
             idle_up = pool.submit(up, idle_machine, "idle", {"idle_minutes": 0.25},
-                                  f"echo {SAID}; sleep {BUSY_FOR_S}")
+                                  f"echo {SAID}; sleep {BUSY_FOR_S}", archive=f"file://{shared}")
+            # no `archive:`: the head's own folder, which outlives the cluster on-prem
             uptime_up = pool.submit(up, uptime_machine, "uptime",
-                                    {"max_uptime_minutes": 1, "idle_minutes": 60}, "sleep 600")
+                                    {"max_uptime_minutes": 1, "idle_minutes": 60},
+                                    f"echo {SAID}-uptime; sleep 600")
             (idle, busy), (uptime, forever) = idle_up.result(), uptime_up.result()
         assert until(lambda: job_status(idle, busy) == "RUNNING", timeout=60)
         # `status` shows the watcher's view: busy (no idle time), the uptime limit counting.
@@ -112,8 +114,12 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
                         json.loads((kept / "jobs.json").read_text())}
         shown = idle.cli("logs", busy)
         assert shown.returncode == 0 and SAID in shown.stdout, shown.stderr
-        [kept] = (shared / uptime.name).iterdir()
-        assert forever in (kept / "jobs.json").read_text()
+        # Without `archive:` the archive is in the head's ~/.orchestrate/archive, which `logs`
+        # reads over SSH: the host outlives its cluster on-prem.
+        shown = uptime.cli("logs", forever, "--cluster", uptime.name)
+        assert shown.returncode == 0 and f"{SAID}-uptime" in shown.stdout, shown.stderr
+        assert f"cluster {uptime.name} no longer has job {forever} (STOPPED, stopped with that " \
+            "Ray)" in shown.stderr, shown.stderr
 
         # `up` of a cluster that stopped itself brings it back: its record says up, its Ray
         # does not answer, so the plan restarts it (a head alone: the cheaper of the two).
