@@ -2,15 +2,15 @@
 
     take_down(config, reason, log) -> bool     (whether every step succeeded)
 
-On-prem (provider type `local`): `ray stop` on the head first (so that its autoscaler cannot
-start Ray again on a worker meanwhile; this process is no Ray process and survives it: `ray
-stop` picks its victims by name, Ray's RAY_PROCESSES), then on every worker over SSH, with the
-key `ray up` copied to the head (`auth.ssh_private_key`, normally `~/ray_bootstrap_key.pem`), the
-config's `auth.ssh_user`, its `auth.ssh_proxy_command` if any, and the SSH options Ray's own
-command runner uses between nodes. The workers are the file's `worker_ips`, or, with a
-`coordinator_address`, the nodes the coordinator has given this cluster (Ray's node provider),
-listed before Ray stops. The hosts stay; the launcher's record says up, so the next `up` finds
-Ray not answering and restarts it.
+On-prem (provider type `local`, as Ray's node provider registry says): `ray stop` on the head
+first (so that its autoscaler cannot start Ray again on a worker meanwhile; this process is no
+Ray process and survives it: `ray stop` picks its victims by name, Ray's RAY_PROCESSES), then on
+every worker over SSH, with the key `ray up` copied to the head (`auth.ssh_private_key`,
+normally `~/ray_bootstrap_key.pem`), the config's `auth.ssh_user`, its `auth.ssh_proxy_command`
+if any, and the SSH options Ray's own command runner uses between nodes. The workers are the
+file's `worker_ips`, or, with a `coordinator_address`, the nodes the coordinator has given this
+cluster (Ray's node provider), listed before Ray stops. The hosts stay; the launcher's record
+says up, so the next `up` finds Ray not answering and restarts it.
 
 Clouds: Ray's node provider, from the head (`head.cloud_down`).
 """
@@ -132,10 +132,28 @@ def on_prem(config: dict[str, Any], log: Log) -> bool:
     return True
 
 
+def is_on_prem(provider: dict[str, Any]) -> bool:
+    """Whether Ray's node provider for this `provider:` is its on-prem one (type `local`:
+    LocalNodeProvider, or the coordinator's client), asked of Ray's own registry (the head
+    has no orchestrator.providers). A provider Ray cannot load here is not on-prem."""
+    from ray.autoscaler._private.local.coordinator_node_provider import (
+        CoordinatorSenderNodeProvider,
+    )
+    from ray.autoscaler._private.local.node_provider import LocalNodeProvider
+    from ray.autoscaler._private.providers import _get_node_provider_cls
+
+    try:
+        found = _get_node_provider_cls(provider)
+    except Exception:  # noqa: BLE001 - an unknown type, a cloud SDK this head lacks
+        return False
+    return isinstance(found, type) and issubclass(
+        found, (LocalNodeProvider, CoordinatorSenderNodeProvider))
+
+
 def take_down(config: dict[str, Any], reason: str, log: Log) -> bool:
     """Whether the cluster was taken down; what failed is logged, last."""
     log(f"taking the cluster down: {reason}")
-    if (config.get("provider") or {}).get("type") == "local":   # on-prem: the hosts stay
+    if is_on_prem(config.get("provider") or {}):   # the hosts stay, Ray stops on each
         return on_prem(config, log)
     import importlib
 

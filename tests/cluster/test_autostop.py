@@ -110,7 +110,7 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
         assert json.loads((kept / "stopped.json").read_text())["reason"] == "idle for 0.25 min"
         assert busy in {job["submission_id"] for job in
                         json.loads((kept / "jobs.json").read_text())}
-        shown = idle.cli("logs", busy)
+        shown = idle.cli("logs", busy, "--cluster", idle.name)   # submitted past orchestrate
         assert shown.returncode == 0 and SAID in shown.stdout, shown.stderr
         [kept] = (shared / uptime.name).iterdir()
         assert forever in (kept / "jobs.json").read_text()

@@ -334,6 +334,10 @@ def test_on_prem_is_the_provider_type_not_the_worker_ips(ran):
     assert takedown.take_down({"provider": {"type": "local", "head_ip": "10.0.0.1"}}, "x",
                               print) is True
     assert [what for _, what in ran] == ["ray stop on the head"]
+    said: list[str] = []   # and a cloud cluster is never taken for on-prem, worker_ips or not
+    assert takedown.take_down({"provider": {"type": "aws", "region": "us-east-1",
+                                            "worker_ips": ["10.0.0.2"]}}, "x", said.append) is False
+    assert len(ran) == 1 and "cannot read the bootstrap config" in said[-1]
 
 
 def test_with_a_coordinator_the_workers_are_the_nodes_it_gave_the_cluster(ran, tmp_path,
