@@ -124,7 +124,7 @@ NO_SERVE = {"controller_info": {}, "proxies": {}, "applications": {}, "target_ca
 @pytest.fixture
 def job_api():
     server = ThreadingHTTPServer(("127.0.0.1", 0), JobApi)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     JobApi.jobs, JobApi.seen, JobApi.serve = [], [], (200, NO_SERVE)
     yield server.server_address[1]
