@@ -34,6 +34,7 @@ class FakeRay:
         self.logs: dict[str, str] = {}
         self.log_requests: list[str] = []
         self.failing = False
+        self.garbled = False   # answers that are not JSON (a proxy's error page)
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -41,6 +42,8 @@ class FakeRay:
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     return self._send(401, "")
                 parts = self.path.strip("/").split("/")
+                if fake.garbled:
+                    return self._send(200, "<html>Bad Gateway</html>")
                 if self.path == "/api/jobs/":
                     return self._send(200, json.dumps(list(fake.jobs.values())))
                 if len(parts) == 4 and parts[3] == "logs" and parts[2] in fake.jobs:

@@ -126,14 +126,16 @@ def summary(found: dict[str, Any]) -> dict[str, Any]:
     """The watcher's file as `status` shows it; times measured on the head's own clock."""
     checked, idle_since = found.get("checked_at"), found.get("idle_since")
     stopped = found.get("stopped") or {}
+    failed = found.get("state") == "takedown-failed"
     return {
         "state": found.get("state"),
         "idle_seconds": round(checked - idle_since) if isinstance(checked, (int, float))
         and isinstance(idle_since, (int, float)) else None,
-        "seconds_left": None if stopped or found.get("seconds_left") is None
+        "seconds_left": None if stopped or failed or found.get("seconds_left") is None
         else round(found["seconds_left"]),
         "limit": found.get("limit"),
         "reason": stopped.get("reason"),
         "stopped_at": stopped.get("at"),
+        "takedown_error": (found.get("error") or "unknown error") if failed else None,
         "checked_at": checked,
     }

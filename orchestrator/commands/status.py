@@ -124,11 +124,14 @@ def _minutes(seconds: float) -> str:
 
 
 def _autostop(report: dict[str, Any] | None) -> str:
-    """`idle 3 min, stops in 27 min (idle)`, `stopped: idle for 30 min`, or `-`."""
+    """`idle 3 min, stops in 27 min (idle)`, `stopped: idle for 30 min`, `takedown failed:
+    ... (retrying)`, or `-`."""
     if not report:
         return "-"
     if report.get("error"):
         return f"unknown ({report['error']})"
+    if report.get("takedown_error"):
+        return f"takedown failed: {report['takedown_error']} (retrying)"
     if report.get("reason"):
         return f"stopped: {report['reason']}"
     parts = []

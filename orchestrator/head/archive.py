@@ -10,9 +10,12 @@ launcher then copies to its machine. One archive is
     <location>/<cluster_name>/<UTC stamp>-<reason>/
         jobs.json       Ray's job table: id, status, message, times, metadata, entrypoint, and
                         the names (never the values) of the runtime_env's env_vars
-        jobs/<id>.log   each job's driver log (the Job API's, else the driver's log file)
-        session/...     Ray's session log files, newest first, at most SESSION_BUDGET bytes
-        README          what the archive holds and which session files were left out
+        jobs/<id>.log   each job's driver log (the Job API's, else the driver's log file), its
+                        last JOB_LOG_CAP bytes; newest jobs first, JOB_LOGS_BUDGET in all
+        session/...     Ray's session log files, newest first, at most SESSION_BUDGET bytes;
+                        never runtime_env_agent*.log (the runtime envs, env var values too),
+                        nor the job-driver-<id>.log of a job saved under jobs/
+        README          what the archive holds, and what was cut or left out
         stopped.json    {"reason", "at", **details}
 
 The layout (`build`) and the copy (`publish`) are also what the launcher uses when the head has
@@ -38,6 +41,10 @@ BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
 HEAD_FOLDER = "~/.orchestrate/archive"     # when the cluster file names no archive
 SESSION_LOGS = "/tmp/ray/session_latest/logs"
 SESSION_BUDGET = 50 * 1024 * 1024          # bytes of session logs kept, newest files first
+JOB_LOG_CAP = 10 * 1024 * 1024             # bytes kept of one driver log: its end
+JOB_LOGS_BUDGET = 100 * 1024 * 1024        # bytes of driver logs in all, newest jobs first
+# Session logs never archived: Ray's runtime env agent logs each runtime env, env vars' values too
+SECRET_LOGS = re.compile(r"runtime_env_agent.*")
 TOKEN_FILE = "~/.ray/auth_token"
 REQUEST_TIMEOUT = 10.0
 # What jobs.json keeps of a job in Ray's table; runtime_env is reduced to its env_vars' names
@@ -81,7 +88,8 @@ def run(config: dict[str, Any], reason: str, details: dict[str, Any], *,
     notes: list[str] = []
     try:
         jobs = job_table(address, token)
-    except OSError as exc:   # URLError, HTTPError, timeouts: the session's files still count
+    except (OSError, ValueError) as exc:   # URLError, HTTPError, timeouts, not JSON: the
+        # session's files still count
         notes.append(f"Ray's job table could not be read ({exc}); driver logs are the files")
         jobs = []
     logs = {job["submission_id"]: driver_log(address, token, job["submission_id"],
@@ -136,10 +144,13 @@ def driver_log(address: str, token: str | None, job_id: str, session_logs: str) 
         found = _get(address, f"/api/jobs/{urllib.parse.quote(job_id, safe='')}/logs", token)
         if isinstance(found, dict) and isinstance(found.get("logs"), str):
             return str(found["logs"])
-    except OSError:
+    except (OSError, ValueError):   # no answer, or not JSON
         pass
     try:
-        return (Path(session_logs) / f"job-driver-{job_id}.log").read_text(errors="replace")
+        with (Path(session_logs) / f"job-driver-{job_id}.log").open("rb") as file:
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - JOB_LOG_CAP - 4))   # the cap's bytes and a character's
+            return file.read().decode(errors="replace")
     except OSError:
         return ""
 
@@ -153,12 +164,15 @@ def public(job: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def session_files(folder: str, budget: int) -> tuple[list[Path], list[tuple[Path, int]]]:
+def session_files(folder: str, budget: int, skip: frozenset[str] = frozenset()
+                  ) -> tuple[list[Path], list[tuple[Path, int]]]:
     """Ray's session log files, newest first, as many as fit in `budget` bytes; and those
-    left out with their sizes."""
+    left out with their sizes. Never the runtime env agent's logs, nor files named in `skip`."""
     root = Path(folder)
     found: list[tuple[float, int, Path]] = []
     for path in root.rglob("*") if root.is_dir() else []:
+        if SECRET_LOGS.fullmatch(path.name) or path.name in skip:
+            continue
         try:
             if path.is_file() and not path.is_symlink():
                 stat = path.stat()
@@ -185,16 +199,17 @@ def build(staging: Path, jobs: list[dict[str, Any]], logs: dict[str, str], *, re
     (staging / "jobs").mkdir(parents=True, exist_ok=True)
     table = sorted((public(job) for job in jobs), key=lambda j: str(j.get("submission_id")))
     (staging / "jobs.json").write_text(json.dumps(table, indent=1, sort_keys=True, default=str))
-    for job_id, text in logs.items():
-        if _SAFE_ID.fullmatch(job_id):
-            (staging / "jobs" / f"{job_id}.log").write_text(text)
+    saved = job_logs(staging / "jobs", jobs, logs, notes)
     kept: list[Path] = []
     left: list[tuple[Path, int]] = []
     if session_logs is None:
         notes.append("Ray's session logs are not here: archived from the launcher through "
                      "the Job API (the head had no archiver)")
     else:
-        kept, left = session_files(session_logs, budget)
+        kept, left = session_files(session_logs, budget,
+                                   frozenset(f"job-driver-{job_id}.log" for job_id in saved))
+        notes.append("session/: runtime_env_agent*.log left out (they hold the runtime envs' "
+                     "env var values), and the job-driver-<id>.log of each job under jobs/")
         for path in kept:
             copy = staging / "session" / path.relative_to(session_logs)
             copy.parent.mkdir(parents=True, exist_ok=True)
@@ -207,7 +222,8 @@ def build(staging: Path, jobs: list[dict[str, Any]], logs: dict[str, str], *, re
                                                      default=str))
     lines = [f"Logs of a Ray cluster, archived by orchestrate before it stopped ({reason}).",
              "jobs.json: Ray's job table (env_vars' names only); jobs/<id>.log: each job's "
-             "driver log;",
+             f"driver log (its last {JOB_LOG_CAP} bytes; newest jobs first, at most "
+             f"{JOB_LOGS_BUDGET} bytes in all);",
              f"session/: Ray's session log files, newest first, at most {budget} bytes "
              f"({len(kept)} kept, {len(left)} left out); stopped.json: why and when.", ""]
     lines += [f"note: {note}" for note in notes]
@@ -215,6 +231,40 @@ def build(staging: Path, jobs: list[dict[str, Any]], logs: dict[str, str], *, re
         lines.append("left out (newest first, bytes):")
         lines += [f"  {path.relative_to(session_logs or '/')} {size}" for path, size in left]
     (staging / "README").write_text("\n".join(lines) + "\n")
+
+
+def job_logs(folder: Path, jobs: list[dict[str, Any]], logs: dict[str, str],
+             notes: list[str], cap: int | None = None, budget: int | None = None) -> set[str]:
+    """Write the driver logs, newest jobs first: each its last `cap` bytes, `budget` bytes in
+    all; what was cut or left out goes to `notes`. The ids written."""
+    cap = JOB_LOG_CAP if cap is None else cap
+    budget = JOB_LOGS_BUDGET if budget is None else budget
+    started = {str(job.get("submission_id")): job.get("start_time") for job in jobs}
+
+    def newest_first(job_id: str) -> tuple[float, str]:
+        start = started.get(job_id)
+        return (-start if isinstance(start, (int, float)) else 0.0, job_id)
+
+    saved: set[str] = set()
+    total = 0
+    for job_id in sorted(logs, key=newest_first):
+        if not _SAFE_ID.fullmatch(job_id):
+            continue
+        data = logs[job_id].encode("utf-8", errors="replace")
+        if len(data) > cap:
+            notes.append(f"jobs/{job_id}.log: cut to its last {cap} bytes "
+                         f"({len(data) - cap} bytes left out)")
+            data = data[-cap:]
+            while data and data[0] & 0xC0 == 0x80:   # not from the middle of a character
+                data = data[1:]
+        if total + len(data) > budget:
+            notes.append(f"jobs/{job_id}.log: left out ({len(data)} bytes): the job logs "
+                         f"reached {budget} bytes in all")
+            continue
+        (folder / f"{job_id}.log").write_bytes(data)
+        total += len(data)
+        saved.add(job_id)
+    return saved
 
 
 def publish(staging: Path, target: str) -> None:

@@ -11,13 +11,19 @@ adding, changing or removing `autostop:` needs no restart. It writes what it see
 `~/.orchestrate/autostop.json` (atomically, every poll) and logs to `autostop.log` beside it.
 
 Activity: a Ray job RUNNING or PENDING (the head's job API on its loopback dashboard, with the
-token Ray keeps in ~/.ray/auth_token), or an SSH session with a terminal on the head (sshd's
-`user@pts/N` processes; Ray's launcher and orchestrate's forwards use none) unless
-`ignore_ssh_sessions`. An answer it cannot get counts as activity: a cluster it cannot see is
-never stopped for being idle. Max uptime counts from Ray's start on the head (its GCS process).
+token Ray keeps in ~/.ray/auth_token), a Serve application not DELETING (Serve's REST API on the
+same dashboard: `orchestrate serve` deploys there, not as a job), or an SSH session with a
+terminal on the head (sshd's `user@pts/N` processes; Ray's launcher and orchestrate's forwards use
+none) unless `ignore_ssh_sessions`. An answer it cannot get counts as activity: a cluster it
+cannot see is never stopped for being idle. Max uptime counts from Ray's start on the head (its
+GCS process).
 
-When time is up: the logs are archived (`head.archive.run`, when that module is there), then
-the cluster is taken down (`head.takedown.take_down`), and the watcher ends.
+When time is up: the logs are archived (`head.archive.run`, when that module is there); for an
+idle stop the head is looked at again (archiving takes minutes), and any activity then abandons
+the stop and restarts the idle clock; then the cluster is taken down
+(`head.takedown.take_down`) and the watcher ends. A takedown that fails is said in the status
+file (`takedown-failed`) and tried again, 1, 2, 4 ... at most 15 minutes apart, whether Ray still
+runs on the head or not (the cloud takedown stops it first).
 """
 from __future__ import annotations
 
@@ -40,6 +46,9 @@ BOOTSTRAP = Path.home() / "ray_bootstrap_config.yaml"
 TOKEN_FILE = Path.home() / ".ray" / "auth_token"
 POLL_SECONDS = float(os.environ.get("ORCHESTRATE_AUTOSTOP_POLL_S", "10"))
 BUSY_STATES = ("RUNNING", "PENDING")
+RETRY_FIRST_S = 60.0        # a failed takedown is tried again after 1, 2, 4 ... minutes,
+RETRY_MAX_S = 15 * 60.0     # at most 15 apart
+SERVE_NOT_INSTALLED = 501   # Ray 2.60's Serve API without ray[serve]: no Serve can be running
 _SSH_TERMINAL = re.compile(r"^sshd(?:-session)?: \S+@pts/\d+")
 _DASHBOARD_PORT = re.compile(r"--dashboard-port(?:=|\s+)(\d+)")
 
@@ -154,19 +163,65 @@ def dashboard_port(config: dict[str, Any]) -> int:
     return int(found[-1]) if found else 8265
 
 
-def busy_jobs(port: int, timeout: float = 10) -> int:
-    """Ray jobs RUNNING or PENDING, from the head's job API (OSError/ValueError if it does not
-    answer)."""
+def _get(port: int, path: str, timeout: float) -> Any:
+    """JSON from the head's dashboard on loopback, with the cluster's token (OSError, including
+    urllib's HTTPError, or ValueError when there is no JSON answer)."""
     import urllib.request
 
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/jobs/")
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
     with contextlib.suppress(OSError):
         token = TOKEN_FILE.read_text().strip()
         if token:
             request.add_header("Authorization", f"Bearer {token}")
     with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 - loopback
-        jobs = json.loads(answer.read())
+        return json.loads(answer.read())
+
+
+def busy_jobs(port: int, timeout: float = 10) -> int:
+    """Ray jobs RUNNING or PENDING, from the head's job API (OSError/ValueError if it does not
+    answer)."""
+    jobs = _get(port, "/api/jobs/", timeout)
+    if not isinstance(jobs, list):
+        raise ValueError("the job API answered no list")
     return sum(1 for job in jobs if isinstance(job, dict) and job.get("status") in BUSY_STATES)
+
+
+def serve_apps(port: int, timeout: float = 10) -> int:
+    """Serve applications not DELETING, from Serve's REST API on the head's dashboard. Ray 2.60
+    answers `{"applications": {}, ...}` when Serve was never started (no controller), and HTTP
+    501 when ray[serve] is not installed: both are no application. Anything else it cannot
+    answer raises (OSError/ValueError)."""
+    import urllib.error
+
+    try:
+        found = _get(port, "/api/serve/applications/", timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code == SERVE_NOT_INSTALLED:
+            return 0
+        raise
+    apps = found.get("applications") if isinstance(found, dict) else None
+    if not isinstance(apps, dict):
+        raise ValueError("Serve's API answered no applications")
+    return sum(1 for app in apps.values()
+               if not (isinstance(app, dict) and app.get("status") == "DELETING"))
+
+
+def activity(config: dict[str, Any], rules: Settings) -> list[str]:
+    """What keeps the head busy now, said plainly (empty: idle)."""
+    port, found = dashboard_port(config), list[str]()
+    for what, count in (("job(s)", busy_jobs), ("Serve application(s)", serve_apps)):
+        try:
+            number = count(port)
+            if number:
+                found.append(f"{number} {what}")
+        except (OSError, ValueError) as exc:
+            api = "job API" if count is busy_jobs else "Serve API"
+            found.append(f"{api} did not answer ({exc})")
+    if not rules.ignore_ssh_sessions:
+        terminals = ssh_terminals()
+        if terminals:
+            found.append(f"{terminals} SSH terminal(s)")
+    return found
 
 
 # --- the loop ---------------------------------------------------------------------------------
@@ -198,28 +253,71 @@ def _log(message: str) -> None:
         log.write(line)
 
 
-def stop_cluster(config: dict[str, Any], reason: str, details: dict[str, Any], log: Log) -> None:
-    """Archive the logs (when the archiver is there), then take the cluster down."""
+def archive_logs(config: dict[str, Any], reason: str, details: dict[str, Any], log: Log) -> None:
+    """Archive the logs, when the archiver is there; a failure is said and the stop goes on."""
     import importlib
 
     try:   # another part of orchestrate; a head without it goes on
         archive = importlib.import_module(".archive", __package__)
     except ImportError:
-        archive = None
-    if archive is not None:
-        try:
-            where = archive.run(config, reason, details)
-            log(f"logs archived to {where}" if where else "no logs archived")
-        except Exception as exc:  # noqa: BLE001 - the cluster goes down all the same
-            log(f"archiving the logs failed: {exc}")
-    from .takedown import take_down
+        return
+    try:
+        where = archive.run(config, reason, details)
+        log(f"logs archived to {where}" if where else "no logs archived")
+    except Exception as exc:  # noqa: BLE001 - the cluster goes down all the same
+        log(f"archiving the logs failed: {exc}")
 
-    take_down(config, reason, log)
+
+def take_down(config: dict[str, Any], reason: str, log: Log) -> tuple[bool, str]:
+    """head.takedown.take_down; whether it succeeded, and its last word (the error if not)."""
+    from .takedown import take_down as down
+
+    said: list[str] = []
+
+    def keep(message: str) -> None:
+        said.append(message)
+        log(message)
+
+    try:
+        done = down(config, reason, keep)
+    except Exception as exc:  # noqa: BLE001 - said, and tried again
+        keep(f"the takedown failed: {type(exc).__name__}: {exc}")
+        done = False
+    return done, (said[-1] if said else "")[:300]
+
+
+def retry_delay(attempts: int) -> float:
+    return min(RETRY_MAX_S, RETRY_FIRST_S * 2.0 ** max(0, attempts - 1))
+
+
+def attempt_takedown(memory: dict[str, Any], *, now: float, log: Log) -> None:
+    """Take the cluster down as `memory["takedown"]` says; on success the watcher is done
+    (`memory["ended"]`), else the status says why and when the next attempt is."""
+    pending = memory["takedown"]
+    reason, status = pending["reason"], pending["status"]
+    done, said = take_down(pending["config"], reason, log)
+    if done:
+        memory["ended"] = True
+        write_status({**status, "state": "stopped", "checked_at": now,
+                      "stopped": {"reason": reason, "at": time.time()}})
+        return
+    pending["attempts"] += 1
+    pending["next_at"] = now + retry_delay(pending["attempts"])
+    log(f"the takedown failed (attempt {pending['attempts']}); trying again in "
+        f"{retry_delay(pending['attempts']) / 60:g} min")
+    write_status({**status, "state": "takedown-failed", "checked_at": now, "error": said,
+                  "takedown": {"reason": reason, "attempts": pending["attempts"],
+                               "next_attempt_at": pending["next_at"]}})
 
 
 def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None:
     """One poll: read the config, look at the head, decide, write the status file. `memory`
-    carries idle_since between polls. None: no autostop set, or Ray is not running."""
+    carries idle_since between polls, and a takedown to try again. None: no autostop set, Ray
+    is not running, or a failed takedown is waiting for its next attempt."""
+    if memory.get("takedown"):   # decided already: Ray may be stopped here by now
+        if now >= memory["takedown"]["next_at"]:
+            attempt_takedown(memory, now=now, log=log)
+        return None
     try:
         config = read_config()
     except (OSError, ValueError) as exc:
@@ -235,33 +333,31 @@ def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None
         memory["idle_since"] = None
         write_status({"state": "ray-stopped", "settings": rules.as_dict(), "checked_at": now})
         return None
-    busy, activity = False, list[str]()
-    try:
-        jobs = busy_jobs(dashboard_port(config))
-        if jobs:
-            busy, activity = True, activity + [f"{jobs} job(s)"]
-    except (OSError, ValueError) as exc:
-        busy, activity = True, activity + [f"job API did not answer ({exc})"]
-    if not rules.ignore_ssh_sessions:
-        terminals = ssh_terminals()
-        if terminals:
-            busy, activity = True, activity + [f"{terminals} SSH terminal(s)"]
-    verdict = decide(rules, now=now, busy=busy, idle_since=memory.get("idle_since"),
+    busy_now = activity(config, rules)
+    verdict = decide(rules, now=now, busy=bool(busy_now), idle_since=memory.get("idle_since"),
                      started=started)
     memory["idle_since"] = verdict.idle_since
     status = {"state": "stopping" if verdict.stop else "watching", "settings": rules.as_dict(),
               "checked_at": now, "idle_since": verdict.idle_since, "uptime_start": started,
               "seconds_left": verdict.seconds_left, "limit": verdict.limit,
-              "activity": activity}
+              "activity": busy_now}
     write_status(status)
     if verdict.stop:
         reason = str(verdict.reason)
-        log(f"autostop: {reason}; taking the cluster down")
-        try:
-            stop_cluster(config, reason, {**status, "reason": reason}, log)
-        finally:
-            write_status({**status, "state": "stopped",
-                          "stopped": {"reason": reason, "at": time.time()}})
+        log(f"autostop: {reason}; archiving the logs, then taking the cluster down")
+        archive_logs(config, reason, {**status, "reason": reason}, log)
+        if verdict.limit == "idle":   # archiving takes minutes: still idle?
+            busy_now = activity(config, rules)
+            if busy_now:
+                log(f"autostop abandoned: {', '.join(busy_now)} after archiving; the idle "
+                    "clock starts again")
+                memory["idle_since"] = None
+                write_status({**status, "state": "watching", "idle_since": None,
+                              "seconds_left": None, "limit": None, "activity": busy_now})
+                return verdict
+        memory["takedown"] = {"reason": reason, "config": config, "status": status,
+                              "attempts": 0, "next_at": now}
+        attempt_takedown(memory, now=now, log=log)
     return verdict
 
 
@@ -282,11 +378,10 @@ def watch() -> int:
     memory: dict[str, Any] = {}
     while True:
         try:
-            verdict = poll_once(memory, now=time.time(), log=_log)
+            poll_once(memory, now=time.time(), log=_log)
         except Exception as exc:  # noqa: BLE001 - a watcher that dies stops nothing
             _log(f"poll failed: {type(exc).__name__}: {exc}")
-            verdict = None
-        if verdict is not None and verdict.stop:
+        if memory.get("ended"):
             _log("watcher ends: the cluster was taken down")
             return 0
         time.sleep(POLL_SECONDS)

@@ -150,6 +150,42 @@ def test_logs_and_runs_read_a_forgotten_clusters_archive(ray, capsys):
     assert state.store.job("done")["status"] == "FAILED"
 
 
+def test_job_logs_are_capped_and_no_session_file_holds_a_secret_or_a_saved_log_twice(
+        ray, tmp_path, monkeypatch):
+    monkeypatch.setattr(archive, "JOB_LOG_CAP", 10)
+    monkeypatch.setattr(archive, "JOB_LOGS_BUDGET", 25)
+    ray.job("old", "SUCCEEDED", "o" * 8, start=NOW - 300)
+    ray.job("mid", "SUCCEEDED", "m" * 8, start=NOW - 200)
+    ray.job("new", "FAILED", "n" * 25 + "the end\n", start=NOW - 100)
+    logs = session(tmp_path, {"runtime_env_agent.log": 3, "runtime_env_agent.log.1": 3,
+                              "job-driver-new.log": 4, "job-driver-gone.log": 4,
+                              "raylet.out": 5})
+    written = archive.run(config(f"file://{tmp_path / 'kept'}"), "down", {}, at=AT,
+                          address=ray.address, token=TOKEN, session_logs=logs)
+    folder = Path(written.removeprefix("file://"))
+    assert (folder / "jobs" / "new.log").read_text() == "nnthe end\n"   # its last 10 bytes
+    assert (folder / "jobs" / "mid.log").read_text() == "m" * 8
+    assert not (folder / "jobs" / "old.log").exists()                   # 26 bytes > 25
+    assert sorted(p.name for p in (folder / "session").iterdir()) == \
+        ["job-driver-gone.log", "raylet.out"]
+    readme = (folder / "README").read_text()
+    assert "jobs/new.log: cut to its last 10 bytes (23 bytes left out)" in readme
+    assert "jobs/old.log: left out (8 bytes)" in readme
+    assert "runtime_env_agent" in readme
+
+
+def test_a_reply_that_is_not_json_loses_no_archive(ray, tmp_path):
+    ray.job("done", "SUCCEEDED", "from the API\n")
+    ray.garbled = True
+    logs = session(tmp_path, {"job-driver-done.log": 3})
+    written = archive.run(config(), "down", {}, at=AT, address=ray.address, token=TOKEN,
+                          session_logs=logs)
+    folder = Path(written.removeprefix("file://"))
+    assert "job table could not be read" in (folder / "README").read_text()
+    assert (folder / "session" / "job-driver-done.log").read_text() == "xxx"
+    assert archive.driver_log(ray.address, TOKEN, "done", logs) == "xxx"   # the file's
+
+
 @pytest.mark.parametrize("reason, expected", [("down", "down"), ("Max uptime!", "max-uptime"),
                                               ("", "stopped")])
 def test_slug(reason, expected):

@@ -98,13 +98,18 @@ def test_dashboard_port_from_the_head_start_commands():
 
 
 class JobApi(BaseHTTPRequestHandler):
+    """The head's dashboard as the watcher asks it: the job API, and Serve's REST API (by
+    default Ray 2.60's answer when Serve was never started: no controller, no application)."""
     jobs: list[dict] = []
     seen: list[str | None] = []
+    serve: tuple[int, object] = (200, {})
 
     def do_GET(self):  # noqa: N802 - http.server's name
         JobApi.seen.append(self.headers.get("Authorization"))
-        body = json.dumps(JobApi.jobs).encode()
-        self.send_response(200)
+        code, found = (200, JobApi.jobs) if self.path == "/api/jobs/" else \
+            JobApi.serve if self.path == "/api/serve/applications/" else (404, "Not Found")
+        body = (found if isinstance(found, str) else json.dumps(found)).encode()
+        self.send_response(code)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -113,12 +118,15 @@ class JobApi(BaseHTTPRequestHandler):
         pass
 
 
+NO_SERVE = {"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": None}
+
+
 @pytest.fixture
 def job_api():
     server = ThreadingHTTPServer(("127.0.0.1", 0), JobApi)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    JobApi.jobs, JobApi.seen = [], []
+    JobApi.jobs, JobApi.seen, JobApi.serve = [], [], (200, NO_SERVE)
     yield server.server_address[1]
     server.shutdown()
     server.server_close()
@@ -147,11 +155,24 @@ def write_config(home: Path, port: int, rules: dict | None) -> None:
     (home / "ray_bootstrap_config.yaml").write_text(json.dumps(config))
 
 
-def test_a_poll_asks_the_job_api_with_the_token_and_writes_its_status(head_home, job_api,
-                                                                      monkeypatch):
-    stopped = []
-    monkeypatch.setattr(autostop, "stop_cluster",
-                        lambda config, reason, details, log: stopped.append((reason, details)))
+@pytest.fixture
+def stops(monkeypatch):
+    """What the watcher archives and takes down, recorded (the takedown answers as told)."""
+    done: dict = {"archived": [], "down": [], "ok": [True]}
+    monkeypatch.setattr(autostop, "archive_logs",
+                        lambda config, reason, details, log: done["archived"].append(reason))
+
+    def down(config, reason, log):
+        done["down"].append(reason)
+        ok = done["ok"].pop(0) if len(done["ok"]) > 1 else done["ok"][0]
+        log("taking the cluster down" if ok else "ray stop on 10.0.0.2 failed (255): refused")
+        return ok
+
+    monkeypatch.setattr(takedown, "take_down", down)
+    return done
+
+
+def test_a_poll_asks_the_job_api_with_the_token_and_writes_its_status(head_home, job_api, stops):
     memory: dict = {}
     write_config(head_home, job_api, None)
     assert autostop.poll_once(memory, now=T0, log=print) is None
@@ -168,13 +189,93 @@ def test_a_poll_asks_the_job_api_with_the_token_and_writes_its_status(head_home,
     JobApi.jobs = [{"status": "SUCCEEDED"}, {"status": "STOPPED"}]
     autostop.poll_once(memory, now=T0 + 20, log=print)
     assert json.loads(autostop.STATUS_FILE.read_text())["seconds_left"] == 60
-    assert not stopped
+    assert not stops["down"]
     verdict = autostop.poll_once(memory, now=T0 + 80, log=print)
-    assert verdict is not None and verdict.stop
+    assert verdict is not None and verdict.stop and memory["ended"]
     status = json.loads(autostop.STATUS_FILE.read_text())
     assert status["state"] == "stopped" and status["stopped"]["reason"] == "idle for 1 min"
-    assert [reason for reason, _ in stopped] == ["idle for 1 min"]
+    assert stops["archived"] == stops["down"] == ["idle for 1 min"]
     assert "secret-token" not in autostop.STATUS_FILE.read_text()
+
+
+@pytest.mark.parametrize("answer, busy", [
+    ((200, NO_SERVE), False),                                   # Serve never started
+    ((501, "Serve dependencies are not installed."), False),    # no ray[serve]: none can run
+    ((200, {**NO_SERVE, "applications": {"llm": {"status": "RUNNING"}}}), True),
+    ((200, {**NO_SERVE, "applications": {"llm": {"status": "DEPLOY_FAILED"}}}), True),
+    ((200, {**NO_SERVE, "applications": {"llm": {"status": "DELETING"}}}), False),
+    ((500, "Traceback ..."), True),                             # Serve's API broken: unseen
+    ((200, "<html>"), True),
+], ids=["never-started", "not-installed", "running", "failed", "deleting", "error", "not-json"])
+def test_serve_applications_are_activity(head_home, job_api, stops, answer, busy):
+    write_config(head_home, job_api, {"idle_minutes": 1})
+    JobApi.serve = answer
+    memory: dict = {}
+    for now in (T0, T0 + 600):
+        verdict = autostop.poll_once(memory, now=now, log=print)
+    assert verdict is not None and verdict.stop is not busy
+    assert bool(stops["down"]) is not busy
+    if busy:
+        [said] = json.loads(autostop.STATUS_FILE.read_text())["activity"]
+        assert "Serve" in said
+
+
+def test_an_idle_stop_is_abandoned_when_the_head_got_busy_while_archiving(
+        head_home, job_api, stops, monkeypatch):
+    write_config(head_home, job_api, {"idle_minutes": 1})
+    said: list[str] = []
+    memory: dict = {}
+
+    def archive(config, reason, details, log):   # a job arrives while the logs are archived
+        stops["archived"].append(reason)
+        JobApi.jobs = [{"status": "PENDING"}]
+
+    monkeypatch.setattr(autostop, "archive_logs", archive)
+    autostop.poll_once(memory, now=T0, log=said.append)
+    verdict = autostop.poll_once(memory, now=T0 + 60, log=said.append)
+    assert verdict is not None and verdict.stop and not memory.get("ended")
+    assert stops["archived"] == ["idle for 1 min"] and stops["down"] == []
+    assert "autostop abandoned: 1 job(s) after archiving" in said[-1]
+    status = json.loads(autostop.STATUS_FILE.read_text())
+    assert status["state"] == "watching" and status["idle_since"] is None
+    JobApi.jobs = []                                             # the clock starts again
+    verdict = autostop.poll_once(memory, now=T0 + 100, log=said.append)
+    assert verdict is not None and not verdict.stop and verdict.seconds_left == 60
+
+
+def test_a_max_uptime_stop_goes_ahead_whatever_runs(head_home, job_api, stops, monkeypatch):
+    write_config(head_home, job_api, {"max_uptime_minutes": 1})
+    JobApi.jobs = [{"status": "RUNNING"}]
+    memory: dict = {}
+    autostop.poll_once(memory, now=T0 + 60, log=print)
+    assert stops["down"] == ["max uptime 1 min reached"] and memory["ended"]
+
+
+def test_a_failed_takedown_is_said_and_tried_again_later_even_with_ray_stopped(
+        head_home, job_api, stops, monkeypatch):
+    write_config(head_home, job_api, {"idle_minutes": 1})
+    stops["ok"] = [False, False, True]
+    memory: dict = {}
+    autostop.poll_once(memory, now=T0, log=print)
+    autostop.poll_once(memory, now=T0 + 60, log=print)
+    status = json.loads(autostop.STATUS_FILE.read_text())
+    assert status["state"] == "takedown-failed" and not memory.get("ended")
+    assert status["error"] == "ray stop on 10.0.0.2 failed (255): refused"
+    assert status["takedown"] == {"reason": "idle for 1 min", "attempts": 1,
+                                  "next_attempt_at": T0 + 60 + autostop.RETRY_FIRST_S}
+    monkeypatch.setattr(autostop, "ray_started", lambda: None)   # the takedown stopped Ray here
+    autostop.poll_once(memory, now=T0 + 61, log=print)           # not yet
+    assert len(stops["down"]) == 1
+    autostop.poll_once(memory, now=T0 + 120, log=print)
+    status = json.loads(autostop.STATUS_FILE.read_text())
+    assert len(stops["down"]) == 2 and status["takedown"]["attempts"] == 2
+    assert status["takedown"]["next_attempt_at"] == T0 + 120 + 2 * autostop.RETRY_FIRST_S
+    autostop.poll_once(memory, now=T0 + 240, log=print)
+    status = json.loads(autostop.STATUS_FILE.read_text())
+    assert status["state"] == "stopped" and memory["ended"] and len(stops["down"]) == 3
+    assert stops["archived"] == ["idle for 1 min"]                  # archived once
+    assert [autostop.retry_delay(n) for n in (1, 2, 3, 4, 5, 9)] == \
+        [60, 120, 240, 480, 900, 900]
 
 
 def test_a_job_api_that_does_not_answer_counts_as_activity(head_home, monkeypatch):
@@ -185,25 +286,100 @@ def test_a_job_api_that_does_not_answer_counts_as_activity(head_home, monkeypatc
         assert verdict is not None and not verdict.stop and verdict.idle_since is None
 
 
-def test_takedown_of_an_on_prem_cluster_stops_the_workers_then_the_head(monkeypatch):
-    ran = []
+@pytest.fixture
+def ran(monkeypatch):
+    """The takedown's commands, recorded; those of the hosts in `ran.failing` fail."""
+    class Ran(list):
+        failing: set[str] = set()
+
+    found = Ran()
 
     def run(argv, what, log):
-        ran.append((argv, what))
-        return True
+        found.append((argv, what))
+        ok = not any(host in what for host in found.failing)
+        log(f"{what}: done" if ok else f"{what} failed (255): refused")
+        return ok
 
     monkeypatch.setattr(takedown, "_run", run)
+    monkeypatch.setattr(takedown, "BOOTSTRAP", Path("/nonexistent/ray_bootstrap_config.yaml"))
+    return found
+
+
+def test_takedown_of_an_on_prem_cluster_stops_the_head_then_the_workers(ran):
     config = {"provider": {"type": "local", "head_ip": "10.0.0.1",
                            "worker_ips": ["10.0.0.2", "10.0.0.3"]},
-              "auth": {"ssh_user": "ray", "ssh_private_key": "~/ray_bootstrap_key.pem"}}
-    takedown.take_down(config, "idle for 1 min", lambda _: None)
+              "auth": {"ssh_user": "ray", "ssh_private_key": "~/ray_bootstrap_key.pem",
+                       "ssh_proxy_command": "ssh -W %h:%p 'bastion host'"}}
+    said: list[str] = []
+    assert takedown.take_down(config, "idle for 1 min", said.append) is True
     whats = [what for _, what in ran]
-    assert sorted(whats[:2]) == ["ray stop on 10.0.0.2", "ray stop on 10.0.0.3"]
-    assert whats[2] == "ray stop on the head" and ran[2][0][-1] == "stop"
-    argv = ran[0][0]
+    # the head first: its autoscaler must not start Ray again on a worker meanwhile
+    assert whats[0] == "ray stop on the head" and ran[0][0][-1] == "stop"
+    assert sorted(whats[1:]) == ["ray stop on 10.0.0.2", "ray stop on 10.0.0.3"]
+    argv = ran[1][0]
     assert argv[0] == "ssh" and argv[argv.index("-i") + 1].endswith("/ray_bootstrap_key.pem")
     assert argv[-2] in ("ray@10.0.0.2", "ray@10.0.0.3") and "ray stop" in argv[-1]
     assert "StrictHostKeyChecking=no" in argv
+    assert "ProxyCommand=ssh -W %h:%p 'bastion host'" in argv   # one argument: no local shell
+
+    ran.clear()
+    ran.failing = {"10.0.0.3"}
+    said.clear()
+    assert takedown.take_down(config, "idle for 1 min", said.append) is False
+    assert said[-1] == "Ray could not be stopped on 10.0.0.3"
+
+
+def test_on_prem_is_the_provider_type_not_the_worker_ips(ran):
+    """A `local` cluster without worker_ips is on-prem all the same (never the cloud path)."""
+    assert takedown.take_down({"provider": {"type": "local", "head_ip": "10.0.0.1"}}, "x",
+                              print) is True
+    assert [what for _, what in ran] == ["ray stop on the head"]
+    said: list[str] = []   # and a cloud cluster is never taken for on-prem, worker_ips or not
+    assert takedown.take_down({"provider": {"type": "aws", "region": "us-east-1",
+                                            "worker_ips": ["10.0.0.2"]}}, "x", said.append) is False
+    assert len(ran) == 1 and "cannot read the bootstrap config" in said[-1]
+
+
+def test_with_a_coordinator_the_workers_are_the_nodes_it_gave_the_cluster(ran, tmp_path,
+                                                                        monkeypatch):
+    """Ray's own on-prem coordinator server (in this process, its state files in tmp_path)
+    and Ray's node provider asking it over HTTP."""
+    import socket
+
+    from ray.autoscaler._private.local.coordinator_node_provider import (
+        CoordinatorSenderNodeProvider,
+    )
+    from ray.autoscaler.local.coordinator_server import OnPremCoordinatorServer
+    from ray.autoscaler.tags import NODE_KIND_HEAD, NODE_KIND_WORKER, TAG_RAY_NODE_KIND
+
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = OnPremCoordinatorServer(["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"],
+                                     "127.0.0.1", port)
+    try:
+        provider = {"type": "local", "coordinator_address": f"127.0.0.1:{port}"}
+        for cluster, kind, count in (("c1", NODE_KIND_HEAD, 1), ("c1", NODE_KIND_WORKER, 2),
+                                     ("c2", NODE_KIND_HEAD, 1)):
+            CoordinatorSenderNodeProvider(provider, cluster).create_node(
+                {}, {TAG_RAY_NODE_KIND: kind}, count)
+        config = {"cluster_name": "c1", "provider": provider, "auth": {"ssh_user": "ray"}}
+        assert takedown.take_down(config, "idle", print) is True
+        whats = [what for _, what in ran]
+        assert whats[0] == "ray stop on the head"
+        workers = sorted(what.removeprefix("ray stop on ") for what in whats[1:])
+        assert len(workers) == 2 and set(workers) < {"127.0.0.2", "127.0.0.3", "127.0.0.4",
+                                                      "127.0.0.5"}
+    finally:
+        server.shutdown()
+
+    ran.clear()   # the coordinator gone: the head only, and a failure that says why
+    said: list[str] = []
+    assert takedown.take_down(config, "idle", said.append) is False
+    assert [what for _, what in ran] == ["ray stop on the head"]
+    assert any(f"the coordinator at 127.0.0.1:{port} did not list" in line for line in said)
+    assert said[-1] == "Ray could not be stopped on the workers (not listed)"
 
 
 def test_status_summary_of_the_watchers_file():
@@ -219,4 +395,10 @@ def test_status_summary_of_the_watchers_file():
                        "stopped": {"reason": "idle for 1 min", "at": T0 + 1}})
     assert stopped["reason"] == "idle for 1 min" and stopped["seconds_left"] is None
     assert _autostop(stopped) == "stopped: idle for 1 min"
+    failed = summary({"state": "takedown-failed", "checked_at": T0, "idle_since": T0 - 60,
+                      "seconds_left": 0, "limit": "idle", "error": "ray stop on x failed",
+                      "takedown": {"reason": "idle for 1 min", "attempts": 2,
+                                   "next_attempt_at": T0 + 120}})
+    assert failed["takedown_error"] == "ray stop on x failed" and failed["seconds_left"] is None
+    assert _autostop(failed) == "takedown failed: ray stop on x failed (retrying)"
     assert _autostop(None) == "-"

@@ -123,12 +123,16 @@ def test_the_head_takes_its_whole_cluster_down_and_nothing_else(
     assert log.index(workers[0]) < log.index(f"removing the head {head}")
 
 
-def test_the_takedown_is_not_a_process_ray_stop_would_kill():
+@pytest.mark.parametrize("args", [["head.cloud_down", "/home/ubuntu/ray_bootstrap_config.yaml"],
+                                  ["head.autostop"]], ids=["cloud_down", "autostop"])
+def test_the_takedown_is_not_a_process_ray_stop_would_kill(args):
     """`ray stop` picks processes by name or command line (Ray's RAY_PROCESSES): the takedown's
-    must match none, or it would kill itself before removing a node."""
+    must match none, or it would kill itself before removing a node. Under autostop the
+    takedown runs inside the watcher (`python -m head.autostop`), and on-prem the watcher runs
+    `ray stop` on its own head."""
     from ray.autoscaler._private.constants import RAY_PROCESSES
 
-    argv = [sys.executable, "-m", "head.cloud_down", "/home/ubuntu/ray_bootstrap_config.yaml"]
+    argv = [sys.executable, "-m", *args]   # as render/cluster.py's WATCHER_START runs it
     line = subprocess.list2cmdline(argv)
     name = Path(sys.executable).name[:15]
     matches = [keyword for keyword, by_name in RAY_PROCESSES
