@@ -68,6 +68,8 @@ def test_a_detached_run_reads_each_file_once_and_records_its_entry(project, monk
         return real_ship(spec)
     monkeypatch.setattr(render, "ship", ship)
     monkeypatch.setattr(use_case, "ship", ship)
+    # the fake Ray never says what it has: do not wait the 30 s a Ray just started may take
+    monkeypatch.setattr(use_case, "CAPACITY_WAIT", 0.0)
 
     @contextlib.contextmanager
     def target(spec, state, *, keep, progress):
