@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,8 +190,15 @@ def capacity_of(status: dict[str, Any], label: str) -> Capacity | None:
     if not isinstance(usage, dict):
         return None
     total = {name: float(pair[1]) for name, pair in usage.items()
-             if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], (int, float))}
+             if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], (int, float))
+             and not _PLACEMENT_GROUP.search(name)}
     return Capacity(total, label) if total else None
+
+
+# What a placement group's bundles add while it lives (`CPU_group_<index>_<id>`,
+# `bundle_group_<id>`; the dashboard's answer camel-cases them: `CPUGroup0<ID>`): the same CPUs
+# again, not more of them. The id is 18 bytes, 36 hex digits.
+_PLACEMENT_GROUP = re.compile(r"[Gg]roup_?(?:\d+_?)?[0-9A-Fa-f]{36}$")
 
 
 OVERSUBSCRIBE = 4   # the embedded Ray's logical CPUs are at most this many per core

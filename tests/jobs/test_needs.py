@@ -166,3 +166,17 @@ def test_a_run_submitted_behind_others_says_it_is_queued_even_before_they_start(
     queued(_Queue([_Listed("me", "PENDING", 0, share), *ahead[1:]]), "me", admission,
            said.append)
     assert said == []
+
+
+def test_placement_groups_resources_are_not_counted_as_more_of_the_ray():
+    """While a run's placement group lives, Ray's usage lists its bundles' resources too, and
+    the dashboard camel-cases their names; they are the same CPUs again."""
+    pg = "2e5268854f427dfd9fb1a566a98017000000"
+    usage = {"CPU": [2.0, 4.0], "memory": [0.0, 8e9],
+             f"CPUGroup0{pg.upper()}": [1.0, 1.0], f"CPUGroup{pg.upper()}": [1.0, 1.0],
+             f"bundleGroup0{pg.upper()}": [0.0, 1000.0], f"CPU_group_0_{pg}": [1.0, 1.0],
+             "node:__internal_head__": [0.0, 1.0], "accelerator_type:T4": [0.0, 1.0]}
+    status = {"data": {"clusterStatus": {"loadMetricsReport": {"usage": usage}}}}
+    found = needs.capacity_of(status, "the embedded Ray")
+    assert found is not None
+    assert found.text() == "4 CPUs, 1 accelerator_type:T4"
