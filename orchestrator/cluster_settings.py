@@ -1,5 +1,5 @@
-"""orchestrate's own settings in a cluster file, beside Ray's keys: `autostop`, `archive` and
-`host_price_per_hour`.
+"""orchestrate's own settings in a cluster file, beside Ray's keys: `autostop`, `archive`,
+`host_price_per_hour` and `profiling`.
 
 The user writes them at the top level of the cluster file; loading moves them under
 `metadata.orchestrate` of the Ray config (`metadata` is the field Ray's schema keeps for its
@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 KEY = "orchestrate"                                        # under Ray's `metadata`
-OWN_KEYS = ("autostop", "archive", "host_price_per_hour")  # top-level keys in the user's file
+# top-level keys in the user's file
+OWN_KEYS = ("autostop", "archive", "host_price_per_hour", "profiling")
 
 
 def of(config: dict[str, Any]) -> dict[str, Any]:
@@ -36,3 +37,10 @@ def archive(config: dict[str, Any]) -> str | None:
 def host_price(config: dict[str, Any]) -> float:
     """An on-prem host's price per hour, in USD (0 unless the file says)."""
     return float(of(config).get("host_price_per_hour") or 0.0)
+
+
+def profiling(config: dict[str, Any]) -> bool:
+    """Whether the head's dashboard answers profiling requests (flame graphs, stacks, memory
+    profiles of Ray's processes): Ray refuses them unless its head started with
+    RAY_DASHBOARD_ENABLE_PROFILING=1 (`render.harden` exports it)."""
+    return of(config).get("profiling") is True

@@ -165,6 +165,12 @@ def orchestrate_props() -> dict:
             "type": "number", "minimum": 0,
             "description": "what one on-prem host costs per hour, in USD (on-prem clusters only)",
         },
+        "profiling": {
+            "type": "boolean", "default": False,
+            "description": "the dashboard's CPU flame graphs, stack traces and memory profiles "
+                           "of running processes (`orchestrate profile`), for whoever holds the "
+                           "cluster's token; changing it restarts Ray on the head",
+        },
     }
 
 

@@ -23,6 +23,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from .. import cluster_settings
 from ..providers import Provider
 from ..util.ports import is_loopback
 
@@ -44,6 +45,11 @@ TLS_ENV = ("export RAY_USE_TLS=1 RAY_TLS_CA_CERT=$HOME/.ray/tls/ca.crt "
 QUEUE_SETTINGS = {"RAY_JOB_START_TIMEOUT_SECONDS": str(10 * 365 * 24 * 3600),
                   "RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S": str(24 * 3600)}
 QUEUE_ENV = "export " + " ".join(f"{k}={v}" for k, v in QUEUE_SETTINGS.items()) + "; "
+# On a head whose cluster file (`profiling: true`) or experiment asks for it: the dashboard
+# answers /worker/cpu_profile, /worker/traceback, /memory_profile (Ray 2.60 answers 403
+# without it). Read once when the dashboard starts: a change needs Ray restarted on the head.
+PROFILING_SETTINGS = {"RAY_DASHBOARD_ENABLE_PROFILING": "1"}
+PROFILING_ENV = "export " + " ".join(f"{k}={v}" for k, v in PROFILING_SETTINGS.items()) + "; "
 
 _RAY_START = re.compile(r"\bray start\b")
 _DASHBOARD_HOST = re.compile(r"\s--dashboard-host(?:=|\s+)(\S+)")
@@ -81,7 +87,8 @@ def harden_ray_config(config: dict[str, Any], *, provider: Provider,
     host = provider.dashboard_host(hardened, chosen)
     rebind = host if host != chosen else None
     tls = bool(provider.tls_names(hardened))
-    hardened["head_start_ray_commands"] = [_harden(c, rebind, tls) for c in head]
+    profiling = cluster_settings.profiling(hardened)
+    hardened["head_start_ray_commands"] = [_harden(c, rebind, tls, profiling) for c in head]
     hardened["worker_start_ray_commands"] = [_harden(c, None, tls) for c in workers]
     mounts = dict(hardened.get("file_mounts") or {})
     mounts[REMOTE_TOKEN_PATH] = str(token_file)
@@ -104,7 +111,8 @@ def _last(pattern: re.Pattern[str], commands: list[str]) -> str | None:
     return words[0] if words else found[-1]
 
 
-def _harden(command: str, dashboard_host: str | None, tls: bool) -> str:
+def _harden(command: str, dashboard_host: str | None, tls: bool,
+            profiling: bool = False) -> str:
     # Statements and their separators alternate; only statements that run `ray start` change.
     pieces = re.split(r"(;|&&|\|\||\n)", command)
     for i in range(0, len(pieces), 2):
@@ -120,6 +128,7 @@ def _harden(command: str, dashboard_host: str | None, tls: bool) -> str:
                 f" --dashboard-host={shlex.quote(dashboard_host)}"
         pieces[i] = part + trailing
     starts = _RAY_START.search(command)
-    prefix = AUTH_ENV + (TLS_ENV if tls and starts else "") + \
-        (QUEUE_ENV if starts and "--head" in command else "")
+    head = bool(starts) and "--head" in command
+    prefix = AUTH_ENV + (TLS_ENV if tls and starts else "") + (QUEUE_ENV if head else "") + \
+        (PROFILING_ENV if head and profiling else "")
     return prefix + "".join(pieces)

@@ -161,3 +161,25 @@ def test_changes_tell_scaling_from_the_rest():
     # The on-prem worker list is the local provider's own scaling field.
     assert only_scaling(["~ provider.worker_ips"], "local")
     assert not only_scaling(["~ provider.worker_ips"], "aws")
+
+
+def test_turning_profiling_on_or_off_restarts_ray_on_the_head(tmp_path):
+    """`profiling:` (issue 33) is read by the dashboard when Ray starts on the head: unlike
+    orchestrate's other settings, changing it changes the head's start command, so the plan is
+    a restart (running jobs die), asked first."""
+    from orchestrator.language.cluster import load_cluster
+    from orchestrator.render.cluster import render_cluster
+
+    base = ("cluster_name: c\nprovider: {type: local, head_ip: 10.0.0.1, worker_ips: [10.0.0.2]}"
+            "\nauth: {ssh_user: root}\n")
+
+    def rendered(text: str) -> RenderedCluster:
+        (tmp_path / "c.yaml").write_text(text)
+        return render_cluster(load_cluster(tmp_path / "c.yaml", here=False), token_file="/t")
+
+    off, on = rendered(base), rendered(base + "profiling: true\n")
+    for now, before in ((on, off), (off, on)):
+        plan = plan_cluster(now, recorded(before.config), LIVE)
+        assert plan.action == Action.RESTART and not plan.jobs_survive, plan
+        assert plan.needs_confirmation
+        assert any("head_start_ray_commands" in change for change in plan.changes), plan.changes

@@ -75,3 +75,31 @@ def test_user_metadata_is_kept_beside_orchestrates(tmp_path):
     document = load_cluster(path, here=False).document
     assert document["metadata"] == {"team": "vision",
                                      "orchestrate": {"autostop": {"max_uptime_minutes": 9}}}
+
+
+def test_profiling_is_exported_to_the_heads_ray_start_only(tmp_path):
+    """`profiling: true` (issue 33): the head's `ray start` runs with
+    RAY_DASHBOARD_ENABLE_PROFILING=1, the workers' do not; without it, nothing changes."""
+    from orchestrator.render.cluster import render_cluster
+
+    on = load_cluster(write(tmp_path, LOCAL + "profiling: true\n"), here=False)
+    assert cluster_settings.profiling(on.document) and "profiling" not in on.document
+    assert on.line_of(("metadata", "orchestrate", "profiling")) == 4
+    config = render_cluster(on, token_file="/t").config
+    head = [c for c in config["head_start_ray_commands"] if "ray start" in c]
+    assert head and all("export RAY_DASHBOARD_ENABLE_PROFILING=1; " in c for c in head)
+    assert not any("PROFILING" in c for c in config["worker_start_ray_commands"])
+
+    off = load_cluster(write(tmp_path, LOCAL + "profiling: false\n"), here=False)
+    assert not cluster_settings.profiling(off.document)
+    plain = render_cluster(load_cluster(write(tmp_path, LOCAL), here=False), token_file="/t")
+    for rendered in (render_cluster(off, token_file="/t").config, plain.config):
+        assert not any("PROFILING" in c for c in rendered["head_start_ray_commands"])
+
+
+def test_profiling_must_be_true_or_false(tmp_path):
+    path = write(tmp_path, LOCAL + "profiling: yes please\n")
+    with pytest.raises(SpecError) as raised:
+        load_cluster(path, here=False)
+    [problem] = [p for p in raised.value.problems if p.field == "profiling"]
+    assert problem.line == 4 and "true or false" in problem.message
