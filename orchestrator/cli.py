@@ -33,6 +33,8 @@ COMMANDS = {
     "jobs": ("orchestrator.commands.jobs", "list the jobs of a cluster"),
     "logs": ("orchestrator.commands.logs", "print or follow a job's logs"),
     "stop": ("orchestrator.commands.stop", "stop a running job"),
+    "profile": ("orchestrator.commands.profile",
+                "a running job's workers: CPU flame graphs and stacks, written to files"),
     "dashboard": ("orchestrator.commands.dashboard",
                   "Ray's dashboard in your browser, signed in (a forward until Ctrl-C)"),
     "attach": ("orchestrator.commands.attach", "an interactive shell on a cluster's head"),

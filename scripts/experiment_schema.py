@@ -53,6 +53,10 @@ def build() -> dict:
             "cluster": {"type": "string", "minLength": 1,
                         "description": "path to a cluster YAML; omitted: the embedded Ray (on this machine)"},
             "trainer": {"type": "string", "enum": trainers.names()},
+            "profiling": {"type": "boolean", "default": False, "description": (
+                "the embedded Ray starts with its dashboard's profiling on (CPU flame graphs, "
+                "stack traces, memory profiles of running workers: `orchestrate profile`); a "
+                "cluster has it when its cluster file says `profiling: true`")},
             **trainers.schema_properties(),
             "working_dir": {"type": "string", "minLength": 1},
             "runtime_env": runtime_env(),

@@ -101,17 +101,20 @@ def target(spec: ExperimentSpec, state: State, *, keep: bool,
         from . import needs
 
         size = needs.embedded_cpus(needs.of(resolve_config(spec)))
-    with jobs_target(record, state, keep=keep, progress=progress, num_cpus=size) as found:
+    with jobs_target(record, state, keep=keep, progress=progress, num_cpus=size,
+                     profiling=spec.profiling) as found:
         yield found
 
 
 @contextlib.contextmanager
 def jobs_target(record: ClusterRecord | None, state: State, *, keep: bool, progress: Progress,
-                num_cpus: int | None = None) -> Iterator[tuple[JobsClient, str | None]]:
-    """Jobs on `record`'s cluster, or on the embedded Ray (started with `num_cpus` if it is not
-    up; kept up after if `keep`); with the cluster's name (None: the embedded Ray)."""
+                num_cpus: int | None = None,
+                profiling: bool = False) -> Iterator[tuple[JobsClient, str | None]]:
+    """Jobs on `record`'s cluster, or on the embedded Ray (started with `num_cpus`, and
+    profiling on if `profiling`, if it is not up; kept up after if `keep`); with the cluster's
+    name (None: the embedded Ray)."""
     with open_target(state, record, start=True, keep=keep, num_cpus=num_cpus,
-                     progress=progress) as endpoint:
+                     profiling=profiling, progress=progress) as endpoint:
         yield JobsClient(endpoint), record.name if record is not None else None
 
 

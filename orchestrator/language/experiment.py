@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import trainers
+from .. import cluster_settings, trainers
 from ..contract import DOMAINS, LIST_DOMAINS
 from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
@@ -37,6 +37,12 @@ class ExperimentSpec:
     cluster: ClusterSpec | None = None  # None: the embedded Ray
     source: Document | None = field(repr=False, compare=False, default=None)
     environment: Environment = field(default_factory=Environment)  # runtime_env: pip, env_vars
+
+    @property
+    def profiling(self) -> bool:
+        """The embedded Ray is to start with the dashboard's profiling on (a cluster has it from
+        its own file: `cluster_settings.profiling`)."""
+        return self.document.get("profiling") is True
 
 
 def _trainer_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
@@ -144,6 +150,19 @@ def cluster_of(doc: Document, data: dict[str, Any], base: Path,
         return None, [where] + exc.problems
 
 
+def _profiling_problems(doc: Document, data: dict[str, Any],
+                        cluster: ClusterSpec | None) -> list[Problem]:
+    """`profiling: true` with a cluster whose file does not turn it on: that Ray's dashboard
+    refuses profiling whatever the experiment says."""
+    if data.get("profiling") is not True or cluster is None or \
+            cluster_settings.profiling(cluster.document):
+        return []
+    return [doc.problem(("profiling",), f"profiling on cluster {cluster.name} is its cluster "
+                        f"file's setting, and {cluster.path.name} does not turn it on",
+                        f"add `profiling: true` to {cluster.path} (`orchestrate up` then "
+                        "restarts Ray on its head), or remove it here")]
+
+
 def build_experiment(doc: Document, path: Path, *, here: bool = True) -> ExperimentSpec:
     problems = schema_problems(doc, "experiment")
     if problems:
@@ -155,7 +174,7 @@ def build_experiment(doc: Document, path: Path, *, here: bool = True) -> Experim
     problems += _path_problems(doc, data, base, working_dir)
     problems += environment.problems(doc, base, working_dir, remote="cluster" in data)
     cluster, cluster_problems = cluster_of(doc, data, base, here)
-    problems += cluster_problems
+    problems += cluster_problems + _profiling_problems(doc, data, cluster)
     if problems:
         raise SpecError(problems)
     return ExperimentSpec(path=path, name=data["name"], trainer=data["trainer"], document=data,

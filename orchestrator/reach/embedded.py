@@ -35,6 +35,12 @@ record is this machine's alone (a process id): it lives in the local folder
 `$ORCHESTRATE_HOME/local-ray/`, never in a shared state backend. Ray keeps its jobs' logs in
 its temp dir: before it stops, they are saved with how each job ended (`keep_logs`,
 `reach.archive`), for `logs` and `runs`.
+
+Profiling (the dashboard's flame graphs, stacks and memory profiles; `orchestrate profile`) is
+on when the run that started it asked (`profiling: true` in the experiment): Ray reads
+RAY_DASHBOARD_ENABLE_PROFILING once, when its dashboard starts. A run that asks for it while a
+Ray without it is up gets a note saying so (`PROFILING_OFF`): that Ray is never restarted under
+the runs that use it.
 """
 from __future__ import annotations
 
@@ -53,7 +59,7 @@ from typing import Any
 
 from ..contract import MLFLOW_CREDENTIALS
 from ..errors import JobError, OrchestrateError
-from ..render.harden import QUEUE_SETTINGS
+from ..render.harden import PROFILING_SETTINGS, QUEUE_SETTINGS
 from ..state import SecretStore, home
 from ..util import http, listeners
 from ..util.files import atomic_write, tail
@@ -86,6 +92,7 @@ class EmbeddedRay:
     idle_limit: float = 0.0   # seconds (reach.idle), as the last session to come or go had it
     last_used: float | None = None   # when a session last came or went, or the watchdog saw it
     watchdog: int = 0   # its pid (reach.idle.spawn); 0: none
+    profiling: bool = False   # its dashboard answers profiling requests (PROFILING_SETTINGS)
 
     def endpoint(self, secrets: SecretStore) -> Endpoint:
         listeners.vouch(self.address, self.pid)   # its listener: a process of its group
@@ -195,8 +202,9 @@ HOOK = f"{__name__}.no_ray_client"
 
 
 def start(secrets: SecretStore, num_cpus: int | None = None,
-          timeout: float = 120.0) -> EmbeddedRay:
-    """Start a private head on loopback; returns once its job API answers."""
+          timeout: float = 120.0, *, profiling: bool = False) -> EmbeddedRay:
+    """Start a private head on loopback, its dashboard answering profiling requests if
+    `profiling`; returns once its job API answers."""
     num_cpus = num_cpus or max(os.cpu_count() or 1, 4)
     private = tempfile.mkdtemp(prefix="orc-", dir="/tmp")   # 0700: Ray's own dirs are 0777
     temp_dir = os.path.join(private, "ray")
@@ -224,6 +232,10 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"  # else SIGTERM waits to drain the node
     env.update(QUEUE_SETTINGS)   # runs wait in Ray's job queue for their turn, as on clusters
+    for key in PROFILING_SETTINGS:
+        env.pop(key, None)       # on only when asked, never inherited
+    if profiling:
+        env.update(PROFILING_SETTINGS)
     log_path = Path(private) / "ray-start.log"
     with open(log_path, "wb") as log:
         try:
@@ -246,7 +258,7 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
                 return False
             dash, gcs = ports
             found.append(EmbeddedRay(f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}",
-                                     process.pid, temp_dir, num_cpus))
+                                     process.pid, temp_dir, num_cpus, profiling=profiling))
             listeners.vouch(found[0].address, process.pid)
         return _answers(found[0].address, secrets)
 
@@ -369,11 +381,18 @@ def _watched(ray: EmbeddedRay) -> EmbeddedRay:
     return replace(ray, watchdog=idle.spawn(ray.pid, _private(ray)))
 
 
+PROFILING_OFF = ("note: profiling stays off for this run: {label} (pid {pid}) was started "
+                 "without it and other runs may use it. When no run uses it, `orchestrate stop "
+                 "--embedded`, then run again: the Ray this run starts will have it")
+
+
 @contextlib.contextmanager
 def session(secrets: SecretStore, num_cpus: int | None = None, keep: bool = False,
-            progress: Progress = silent) -> Iterator[tuple[EmbeddedRay, bool]]:
+            progress: Progress = silent,
+            profiling: bool = False) -> Iterator[tuple[EmbeddedRay, bool]]:
     """Use the embedded Ray for the duration of the block: reuse one that is up, else start one
-    (after stopping what is left of a recorded one that died).
+    (after stopping what is left of a recorded one that died), with profiling on if
+    `profiling` (one that is up without it is used as it is, with a note: PROFILING_OFF).
 
     Yields (EmbeddedRay, started). On exit, with an idle limit (`reach.idle`), it stays up for
     its watchdog to stop; without, the last user stops it, unless someone asked to keep it."""
@@ -383,7 +402,9 @@ def session(secrets: SecretStore, num_cpus: int | None = None, keep: bool = Fals
         ray = _read_record(secrets) or _recover(secrets, progress)
         started = ray is None
         if ray is None:
-            ray = start(secrets, num_cpus)
+            ray = start(secrets, num_cpus, profiling=profiling)
+        elif profiling and not ray.profiling:
+            progress(PROFILING_OFF.format(label=LABEL, pid=ray.pid))
         ray = _watched(replace(ray, keep=ray.keep or keep, idle_limit=limit,
                                last_used=time.time()))
         _write_record(ray, secrets)

@@ -58,13 +58,14 @@ def embedded_endpoint(state: State) -> Endpoint | None:
 @contextlib.contextmanager
 def open_target(state: State, cluster: ClusterRecord | None = None, *, job: str | None = None,
                 start: bool = False, keep: bool = False, num_cpus: int | None = None,
-                progress: Progress = silent, loopback: bool = False,
+                profiling: bool = False, progress: Progress = silent, loopback: bool = False,
                 local_port: int | None = None,
                 watch: list[subprocess.Popen[str]] | None = None,
                 timeout: float = 20) -> Iterator[Endpoint]:
     """The Endpoint of `cluster`; else, given `job`, of the cluster this machine sent it to;
-    else of the embedded Ray: started (with `num_cpus`) if `start` and it is not up, kept up
-    after the block if `keep`; JobError if it is not up and not to be started.
+    else of the embedded Ray: started (with `num_cpus`, and profiling on if `profiling`) if
+    `start` and it is not up, kept up after the block if `keep`; JobError if it is not up and
+    not to be started.
 
     `loopback`: a cluster's dashboard on this machine's 127.0.0.1 (`local_port`, else a free
     one) even when its jobs need no forward, for a browser's cookie; `watch` gets the forward's
@@ -80,7 +81,7 @@ def open_target(state: State, cluster: ClusterRecord | None = None, *, job: str 
         return
     if start:
         with embedded.session(state.secrets, num_cpus=num_cpus, keep=keep,
-                              progress=progress) as (ray, started):
+                              progress=progress, profiling=profiling) as (ray, started):
             progress(f"{'started' if started else 'using'} the embedded Ray ({ray.address})")
             yield ray.endpoint(state.secrets)
         return

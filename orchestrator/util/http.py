@@ -74,6 +74,21 @@ def get_json(address: str, path: str, token: str | None, *, timeout: float = 5) 
         raise HttpError(str(getattr(exc, "reason", exc))) from None
 
 
+def get_bytes(address: str, path: str, token: str | None, *, timeout: float = 5) -> bytes:
+    """GET `address + path` with the token; the answer's body, or HttpError with the answer's
+    last line of text (Ray's dashboard says why it refused there)."""
+    request = urllib.request.Request(address.rstrip("/") + path, headers=bearer(token))
+    try:
+        with _open(request, timeout) as response:
+            return bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace").strip().splitlines()
+        raise HttpError(f"HTTP {exc.code}" + (f": {detail[-1][:300]}" if detail else ""),
+                        exc.code) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise HttpError(str(getattr(exc, "reason", exc))) from None
+
+
 def send_json(address: str, path: str, token: str | None, body: Any, *, method: str = "PUT",
               timeout: float = 30) -> Any:
     """`method` the JSON `body` to `address + path` with the token; the decoded answer (None

@@ -103,3 +103,26 @@ def test_profiling_must_be_true_or_false(tmp_path):
         load_cluster(path, here=False)
     [problem] = [p for p in raised.value.problems if p.field == "profiling"]
     assert problem.line == 4 and "true or false" in problem.message
+
+
+def test_an_experiment_asks_for_profiling_on_the_embedded_ray_not_on_a_cluster(tmp_path):
+    """`profiling: true` in an experiment starts the embedded Ray with it; with `cluster:`, the
+    cluster file must say it (its Ray restarts for it), else the experiment names that file."""
+    from orchestrator.language.experiment import load_experiment
+
+    experiment = ("name: e\ntrainer: torch\ntrain_loop: loop:train\nprofiling: true\n")
+    (tmp_path / "loop.py").write_text("def train(config):\n    pass\n")
+    (tmp_path / "e.yaml").write_text(experiment)
+    assert load_experiment(tmp_path / "e.yaml", here=False).profiling
+
+    write(tmp_path, LOCAL)
+    (tmp_path / "e.yaml").write_text(experiment + "cluster: c.yaml\n")
+    with pytest.raises(SpecError) as raised:
+        load_experiment(tmp_path / "e.yaml", here=False)
+    [problem] = [p for p in raised.value.problems if p.field == "profiling"]
+    assert problem.line == 4 and "its cluster file's setting" in problem.message
+    assert f"add `profiling: true` to {tmp_path / 'c.yaml'}" in problem.hint
+
+    write(tmp_path, LOCAL + "profiling: true\n")
+    spec = load_experiment(tmp_path / "e.yaml", here=False)
+    assert spec.cluster is not None and cluster_settings.profiling(spec.cluster.document)
