@@ -86,7 +86,9 @@ class SharedRay:
 
         if self.ray is None or not embedded._answers(self.ray.address, self.secrets):
             self.stop()
-            self.ray = embedded.start(self.secrets)
+            # profiling on, as `profiling: true` in an experiment starts it (issue 33): the
+            # test of `orchestrate profile` profiles a run on it
+            self.ray = embedded.start(self.secrets, profiling=True)
         return self.ray
 
     @property

@@ -51,8 +51,17 @@ def test_one_life_started_reused_kept_stopped_and_a_new_token_each_time():
                 assert http_status(ray.address + api, "wrong") == 403
             assert http_status(ray.address + "/api/jobs/", token) == 200
             assert jobs_client(ray).list() == []  # our client sends it
-            with local.session(secrets(), keep=True) as (again, started_again):  # run --detach
-                assert again.pid == ray.pid and not started_again
+            # run --detach of an experiment with `profiling: true` (issue 33): this Ray was
+            # started without it and is not restarted under the first run; the run is told so
+            said: list[str] = []
+            with local.session(secrets(), keep=True, profiling=True,
+                               progress=said.append) as (again, started_again):
+                assert again.pid == ray.pid and not started_again and not again.profiling
+                assert said == [local.PROFILING_OFF.format(label=local.LABEL, pid=ray.pid)]
+                assert "`orchestrate stop --embedded`" in said[0]
+                refused = http_status(ray.address + "/worker/traceback?pid=1&ip=127.0.0.1",
+                                      token, body=True)
+                assert refused[0] == 403 and "RAY_DASHBOARD_ENABLE_PROFILING=1" in refused[1]
             assert local.current(secrets()) is not None  # the first user is still running
         kept = local.current(secrets())   # both left; kept for the detached job
         assert kept is not None and kept.pid == ray.pid
@@ -74,13 +83,14 @@ def test_one_life_started_reused_kept_stopped_and_a_new_token_each_time():
     finally:
         local.shutdown(secrets())   # whatever failed, no Ray is left running
 
-def http_status(url: str, token: str | None = None) -> int:
+def http_status(url: str, token: str | None = None, *, body: bool = False):
+    """The status of a GET of `url`; with `body`, (status, the answer's text)."""
     import urllib.error
     import urllib.request
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
-            return r.status
+            return (r.status, r.read().decode(errors="replace")) if body else r.status
     except urllib.error.HTTPError as exc:
-        return exc.code
+        return (exc.code, exc.read().decode(errors="replace")) if body else exc.code

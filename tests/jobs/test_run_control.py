@@ -141,6 +141,30 @@ def epochs(summary: dict) -> list[int]:
     return [row["epoch"] for row in json.loads(Path(summary["history"]).read_text())]
 
 
+def profiled_while_it_trains(job_id: str, folder: Path, capsys) -> None:
+    """Issue 33: `orchestrate profile` of the running job (the shared Ray has profiling on):
+    each of its 2 Train workers' stacks and CPU flame graph, written to files, name the
+    built-in torch loop (orchestrator/workload/trainers/torch.py:train_loop)."""
+    capsys.readouterr()
+    assert main(["profile", job_id, "--duration", "2", "--output", str(folder),
+                 "--format", "json"]) == 0, capsys.readouterr().err
+    found = json.loads(capsys.readouterr().out)
+    assert found["job_id"] == job_id and found["target"] == "the embedded Ray"
+    assert len(found["workers"]) == 2 and not any(w["error"] for w in found["workers"])
+    loop = re.compile(r"train_loop \(\S*trainers/torch\.py:\d+\)")
+    for worker in found["workers"]:
+        assert loop.search(Path(worker["stack"]).read_text()), Path(worker["stack"]).read_text()
+    graphs = [Path(w["flamegraph"]).read_text() for w in found["workers"]]
+    assert all(graph.lstrip().startswith(("<?xml", "<svg")) for graph in graphs)
+    assert any(loop.search(graph) for graph in graphs)
+    token = local_token()
+    assert not any(token in path.read_text(errors="replace") for path in folder.iterdir())
+
+
+def local_token() -> str:
+    return State.here().secrets.read(embedded.TOKEN_KEY)
+
+
 def test_a_run_stopped_half_way_resumes_to_the_configured_epochs(local_ray, tmp_path, capsys):
     """Fault 6 of issue 11: `orchestrate stop` part way, then `run --resume` continues the same
     run from the latest checkpoint (the built-in loop reports one every epoch) up to the epochs
@@ -159,6 +183,7 @@ def test_a_run_stopped_half_way_resumes_to_the_configured_epochs(local_ray, tmp_
         return [row["epoch"] for row in rows if row]
 
     assert until(lambda: len(reported()) >= 3 or jobs.status(job_id) in TERMINAL, timeout=600)
+    profiled_while_it_trains(job_id, tmp_path / "profile", capsys)
     assert main(["stop", job_id]) == 0
     assert jobs._wait(job_id) == "STOPPED"
     done = reported()

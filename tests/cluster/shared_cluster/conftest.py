@@ -2,7 +2,8 @@
 first of them and goes down after the last, not at the end of the session).
 
     ssh_cluster   a local-provider cluster launched with `orchestrate up` from
-                  cluster_configs/local.yaml itself, only its addresses and key filled in:
+                  cluster_configs/local.yaml itself, only its addresses and key filled in
+                  (and `profiling: true`):
                   .address, .headers, .token, .name, .file, .env, .cli(...), .open()
     shared_dir    a folder every host sees, like an NFS share
 """
@@ -33,7 +34,8 @@ def ssh_cluster(make_machine, tmp_path_factory):
     name = f"t-{machine.name}"
     handle = None
     try:
-        handle = launch(machine, home, name)
+        # `profiling: true` (issue 33), as a user adds it: test_profile.py profiles a run
+        handle = launch(machine, home, name, profiling=True)
         yield handle
     finally:
         if handle is not None:
