@@ -24,6 +24,8 @@ COMMANDS = {
                  "check cluster and experiment files (and folders of them); launches nothing"),
     "render": ("orchestrator.commands.render",
                "print the Ray cluster YAML `ray up` gets, or the job `run` submits"),
+    "schema": ("orchestrator.commands.schema",
+               "print a file kind's JSON schema, or write them all for an editor"),
     "check": ("orchestrator.commands.check",
               "preflight: credentials, regions, zones, instance types, images, quotas"),
     "up": ("orchestrator.commands.up", "launch or update a cluster from its YAML (idempotent)"),

@@ -93,6 +93,28 @@ def resources_rule() -> dict:
     }
 
 
+def legacy_rule(props: dict) -> dict:
+    """Top-level keys Ray removed from its schema that some providers' `ray up` still reads
+    (Provider.LEGACY_KEYS: the on-prem provider's `min_workers`): allowed for those providers
+    only, so an editor agrees with `validate` (which says, for the others, what replaces them)."""
+    kept: dict[str, list[str]] = {}
+    for name, provider in sorted(PROVIDERS.items()):
+        for key in provider.LEGACY_KEYS:
+            kept.setdefault(key, []).append(name)
+    rules = []
+    for key, names in sorted(kept.items()):
+        props[key] = {"type": "integer", "minimum": 0,
+                      "description": f"provider type {' or '.join(names)} only: Ray's launcher "
+                                     "still reads it at the top level"}
+        rules.append({
+            "if": {"required": ["provider"], "properties": {"provider": {
+                "required": ["type"], "properties": {"type": {"not": {"enum": names}}}}}},
+            "then": {"properties": {key: {
+                "not": {}, "x-message": f"'{key}' at the top level is read by provider type "
+                                        f"{' or '.join(names)} only"}}}})
+    return {"allOf": rules}
+
+
 def build() -> dict:
     ray = json.loads(ray_schema_path().read_text())
     schema = copy.deepcopy(ray)
@@ -113,7 +135,7 @@ def build() -> dict:
     for key in ("min_workers", "max_workers"):
         node_type["properties"][key] = {"type": "integer", "minimum": 0}
     node_type["required"] = [key for key in node_type["required"] if key != "resources"]
-    schema["allOf"] = [*schema.get("allOf", []), resources_rule()]
+    schema["allOf"] = [*schema.get("allOf", []), resources_rule(), legacy_rule(props)]
     schema["x-ray-defaults"] = ray_defaults()
     head = {"type": "object", "additionalProperties": False, "properties": NODE_GROUP_PROPS,
             "description": "shorthand for the head node type"}

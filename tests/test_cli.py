@@ -105,6 +105,12 @@ def test_wheel_ships_the_schemas_and_works_installed(tmp_path):
         capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["valid"] is True
+    # `orchestrate schema` prints the packaged copy: an editor gets it without the source tree
+    printed = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "schema", "service"], cwd=tmp_path,
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == (REPO / "schemas/service.schema.json").read_text()
     code = "import orchestrator.language.schema as s; print(s.schema_dir())"
     where = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                            text=True, env={"PYTHONPATH": str(target)}).stdout.strip()
