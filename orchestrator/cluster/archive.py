@@ -199,7 +199,7 @@ def _on_head(name: str, job_id: str, config: dict[str, Any] | None,
     text = _once(f"head {name} {job_id}", read)
     first, _, rest = text.partition("\n")
     table, found, job_log = rest.partition(f"\n{_LOG_FOLLOWS}\n")
-    if not found or not first or "/" in first:
+    if not found or not _SAFE_ID.fullmatch(first):   # a folder name here: never `..` or a path
         return None
     try:
         job = _entry(json.loads(table), job_id)
@@ -262,7 +262,8 @@ def _list(base: str) -> list[str]:
                         Bucket=parsed.netloc, Prefix=prefix, Delimiter="/")
                     for p in page.get("CommonPrefixes") or []]
 
-        names = _s3_read(base, pages) or []
+        # the bucket is data: a name that is not a plain folder name (`..`) is not an archive
+        names = [n for n in _s3_read(base, pages) or [] if _SAFE_ID.fullmatch(n)]
         return [f"{base}/{n}" for n in sorted(names, reverse=True)]
     folder = _folder(base)
     names = [p.name for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []

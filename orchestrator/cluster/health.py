@@ -112,21 +112,34 @@ def autostop(record: ClusterRecord, state: State) -> dict[str, Any] | None:
         return None   # `live` says why already
     if cluster_settings.autostop(config) is None:
         return None
-    try:
-        text = launch.backend(record, state).output(record, f"cat {AUTOSTOP_FILE}", timeout=15)
-        found = json.loads(text)
+    try:   # the head's clock first: the file's times are on it
+        text = launch.backend(record, state).output(
+            record, f"date +%s; cat {AUTOSTOP_FILE}", timeout=15)
+        clock, _, rest = text.strip().partition("\n")
+        head_now = float(clock)
+        found = json.loads(rest)
     except ClusterError as exc:
         return {"error": exc.message}
     except ValueError:
         return {"error": "the watcher has written nothing yet"}
-    return summary(found if isinstance(found, dict) else {})
+    return summary(found if isinstance(found, dict) else {}, now=head_now)
 
 
-def summary(found: dict[str, Any]) -> dict[str, Any]:
-    """The watcher's file as `status` shows it; times measured on the head's own clock."""
+# The watcher writes its file every poll (10 s): a file older than this is a watcher that died.
+SILENT_AFTER_S = 120.0
+
+
+def summary(found: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    """The watcher's file as `status` shows it; times measured on the head's own clock (`now`:
+    the head's time when the file was read, to tell a watcher that stopped writing)."""
     checked, idle_since = found.get("checked_at"), found.get("idle_since")
     stopped = found.get("stopped") or {}
     failed = found.get("state") == "takedown-failed"
+    if not stopped and now is not None and isinstance(checked, (int, float)) \
+            and now - checked > SILENT_AFTER_S:
+        return {"state": "silent", "checked_at": checked, "silent_seconds": round(now - checked),
+                "error": f"the watcher has written nothing for {round(now - checked)} s: it "
+                         "is not running; `orchestrate up` starts it again"}
     return {
         "state": found.get("state"),
         "idle_seconds": round(checked - idle_since) if isinstance(checked, (int, float))

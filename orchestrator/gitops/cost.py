@@ -45,6 +45,7 @@ class ClusterCost:
     before: Hourly | None            # None: no such cluster before the plan
     after: Hourly | None             # None: none after it (deleted)
     warnings: tuple[str, ...] = ()   # prices the catalog lacks
+    same_basis: bool = False         # before and after are priced from the same things
 
     @property
     def change(self) -> float | None:
@@ -128,18 +129,19 @@ def signed(value: float | None) -> str:
     return ("+" if value >= 0 else "-") + f"${abs(value):,.2f}/h"
 
 
-def hourly_of(config: dict[str, Any] | None) -> tuple[Hourly | None, tuple[str, ...], str]:
-    """A Ray config's price (None: no config), the catalog's warnings, and its source. A
-    recorded config is data: whatever it holds gives an unknown price, never an error."""
+def hourly_of(config: dict[str, Any] | None) -> tuple[Hourly | None, tuple[str, ...], str, str]:
+    """A Ray config's price (None: no config), the catalog's warnings, its source, and what it
+    was read from (`ClusterPrice.basis`; "" when unknown). A recorded config is data: whatever
+    it holds gives an unknown price, never an error."""
     if config is None:
-        return None, (), ""
+        return None, (), "", ""
     from ..providers.cost import cluster_price
 
     try:
         price = cluster_price(config)
     except Exception as exc:  # noqa: BLE001 - a damaged record prices as unknown
-        return Hourly(None, None), (f"its price cannot be worked out: {exc}",), ""
-    return Hourly(price.at_min, price.at_max), tuple(price.warnings), price.source
+        return Hourly(None, None), (f"its price cannot be worked out: {exc}",), "", ""
+    return Hourly(price.at_min, price.at_max), tuple(price.warnings), price.source, price.basis
 
 
 def plan_cost(clusters: list[tuple[str, bool, dict[str, Any] | None, dict[str, Any] | None]],
@@ -151,13 +153,14 @@ def plan_cost(clusters: list[tuple[str, bool, dict[str, Any] | None, dict[str, A
     sources: list[str] = []
     planned: set[str] = set()
     for address, is_planned, before_config, after_config in clusters:
-        before, warned_before, source_before = hourly_of(before_config)
-        after, warned_after, source_after = hourly_of(after_config)
+        before, warned_before, source_before, basis_before = hourly_of(before_config)
+        after, warned_after, source_after, basis_after = hourly_of(after_config)
         for source in (source_before, source_after):
             if source and source not in sources:
                 sources.append(source)
         costs.append(ClusterCost(address, before, after,
-                                 tuple(dict.fromkeys(warned_after or warned_before))))
+                                 tuple(dict.fromkeys(warned_after or warned_before)),
+                                 same_basis=bool(basis_before) and basis_before == basis_after))
         if is_planned:
             planned.add(address)
     cost = PlanCost(tuple(costs), "; ".join(sources), budget)
@@ -166,9 +169,14 @@ def plan_cost(clusters: list[tuple[str, bool, dict[str, Any] | None, dict[str, A
 
 def dearer(item: ClusterCost) -> bool:
     """The plan may make this cluster cost more: it comes or changes, and its price at
-    max_workers rises or cannot be compared (an unknown price counts as a rise). A cluster the
-    plan deletes, or leaves at the same price, is not dearer."""
-    if item.after is None or item.before == item.after:
+    max_workers rises or cannot be compared (an unknown price counts as a rise, unless the
+    change leaves everything the price is read from as it was). A cluster the plan deletes,
+    or leaves at the same known price, is not dearer."""
+    if item.after is None:
+        return False
+    if item.after.at_max is None:
+        return not item.same_basis
+    if item.before == item.after:
         return False
     return item.change is None or item.change > 1e-9
 

@@ -13,7 +13,7 @@ launcher then copies to its machine. One archive is
         jobs/<id>.log   each job's driver log (the Job API's, else the driver's log file), its
                         last JOB_LOG_CAP bytes; newest jobs first, JOB_LOGS_BUDGET in all
         session/...     Ray's session log files, newest first, at most SESSION_BUDGET bytes;
-                        never runtime_env_agent*.log (the runtime envs, env var values too),
+                        never runtime_env*.log (the runtime envs, env var values too),
                         nor the job-driver-<id>.log of a job saved under jobs/
         README          what the archive holds, and what was cut or left out
         stopped.json    {"reason", "at", **details}
@@ -44,7 +44,9 @@ SESSION_BUDGET = 50 * 1024 * 1024          # bytes of session logs kept, newest 
 JOB_LOG_CAP = 10 * 1024 * 1024             # bytes kept of one driver log: its end
 JOB_LOGS_BUDGET = 100 * 1024 * 1024        # bytes of driver logs in all, newest jobs first
 # Session logs never archived: Ray's runtime env agent logs each runtime env, env vars' values too
-SECRET_LOGS = re.compile(r"runtime_env_agent.*")
+# The runtime env agent's own log and its per-job runtime_env_setup-<job>.log: both may print
+# a job's runtime_env, env var values with it (Ray's conda plugin at INFO, pip and uv at DEBUG).
+SECRET_LOGS = re.compile(r"runtime_env.*")
 TOKEN_FILE = "~/.ray/auth_token"
 REQUEST_TIMEOUT = 10.0
 # What jobs.json keeps of a job in Ray's table; runtime_env is reduced to its env_vars' names
@@ -199,7 +201,7 @@ def build(staging: Path, jobs: list[dict[str, Any]], logs: dict[str, str], *, re
     (staging / "jobs").mkdir(parents=True, exist_ok=True)
     table = sorted((public(job) for job in jobs), key=lambda j: str(j.get("submission_id")))
     (staging / "jobs.json").write_text(json.dumps(table, indent=1, sort_keys=True, default=str))
-    saved = job_logs(staging / "jobs", jobs, logs, notes)
+    job_logs(staging / "jobs", jobs, logs, notes)
     kept: list[Path] = []
     left: list[tuple[Path, int]] = []
     if session_logs is None:
@@ -207,9 +209,11 @@ def build(staging: Path, jobs: list[dict[str, Any]], logs: dict[str, str], *, re
                      "the Job API (the head had no archiver)")
     else:
         kept, left = session_files(session_logs, budget,
-                                   frozenset(f"job-driver-{job_id}.log" for job_id in saved))
-        notes.append("session/: runtime_env_agent*.log left out (they hold the runtime envs' "
-                     "env var values), and the job-driver-<id>.log of each job under jobs/")
+                                   frozenset(f"job-driver-{job['submission_id']}.log"
+                                             for job in jobs))
+        notes.append("session/: runtime_env*.log left out (they may hold the runtime envs' "
+                     "env var values), and the job-driver-<id>.log of every job in jobs.json "
+                     "(under jobs/, or left out there)")
         for path in kept:
             copy = staging / "session" / path.relative_to(session_logs)
             copy.parent.mkdir(parents=True, exist_ok=True)

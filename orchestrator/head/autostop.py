@@ -136,7 +136,8 @@ def ssh_terminals(proc: Path = Path("/proc")) -> int:
 
 
 def ray_started(proc: Path = Path("/proc")) -> float | None:
-    """When Ray started on this host: its GCS server's start time (None: Ray is not running)."""
+    """When Ray started on this host: its GCS server's start time (None: Ray is not running),
+    of this user's newest GCS server."""
     try:
         boot = next(float(line.split()[1]) for line in (proc / "stat").read_text().splitlines()
                     if line.startswith("btime "))
@@ -148,13 +149,16 @@ def ray_started(proc: Path = Path("/proc")) -> float | None:
         if not entry.name.isdigit():
             continue
         try:
-            if (entry / "comm").read_text().strip() != "gcs_server":
+            # this user's Ray only: another user's (a shared on-prem host) is not the cluster's
+            if entry.stat().st_uid != os.getuid() \
+                    or (entry / "comm").read_text().strip() != "gcs_server":
                 continue
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             found.append(boot + int(fields[19]) / ticks)   # field 22: starttime
         except (OSError, IndexError, ValueError):
             continue
-    return min(found) if found else None
+    # the newest: a Ray left over from before cannot make the cluster's uptime look longer
+    return max(found) if found else None
 
 
 def dashboard_port(config: dict[str, Any]) -> int:
@@ -177,13 +181,21 @@ def _get(port: int, path: str, timeout: float) -> Any:
         return json.loads(answer.read())
 
 
-def busy_jobs(port: int, timeout: float = 10) -> int:
-    """Ray jobs RUNNING or PENDING, from the head's job API (OSError/ValueError if it does not
-    answer)."""
+def busy_jobs(port: int, timeout: float = 10, since: float | None = None) -> int:
+    """Ray jobs RUNNING or PENDING, and (with `since`, epoch seconds) jobs that started or
+    ended after it: a short job between two polls is activity too. From the head's job API
+    (OSError/ValueError if it does not answer)."""
     jobs = _get(port, "/api/jobs/", timeout)
     if not isinstance(jobs, list):
         raise ValueError("the job API answered no list")
-    return sum(1 for job in jobs if isinstance(job, dict) and job.get("status") in BUSY_STATES)
+
+    def recent(job: dict[str, Any]) -> bool:
+        times = [job.get("start_time"), job.get("end_time")]   # milliseconds
+        return since is not None and any(isinstance(t, (int, float)) and not isinstance(t, bool)
+                                         and t / 1000 > since for t in times)
+
+    return sum(1 for job in jobs if isinstance(job, dict)
+               and (job.get("status") in BUSY_STATES or recent(job)))
 
 
 def serve_apps(port: int, timeout: float = 10) -> int:
@@ -206,12 +218,12 @@ def serve_apps(port: int, timeout: float = 10) -> int:
                if not (isinstance(app, dict) and app.get("status") == "DELETING"))
 
 
-def activity(config: dict[str, Any], rules: Settings) -> list[str]:
-    """What keeps the head busy now, said plainly (empty: idle)."""
+def activity(config: dict[str, Any], rules: Settings, since: float | None = None) -> list[str]:
+    """What keeps the head busy now, or did since `since` (a job), said plainly (empty: idle)."""
     port, found = dashboard_port(config), list[str]()
     for what, count in (("job(s)", busy_jobs), ("Serve application(s)", serve_apps)):
         try:
-            number = count(port)
+            number = busy_jobs(port, since=since) if count is busy_jobs else count(port)
             if number:
                 found.append(f"{number} {what}")
         except (OSError, ValueError) as exc:
@@ -303,6 +315,7 @@ def attempt_takedown(memory: dict[str, Any], *, now: float, log: Log) -> None:
         return
     pending["attempts"] += 1
     pending["next_at"] = now + retry_delay(pending["attempts"])
+    pending["error"] = said
     log(f"the takedown failed (attempt {pending['attempts']}); trying again in "
         f"{retry_delay(pending['attempts']) / 60:g} min")
     write_status({**status, "state": "takedown-failed", "checked_at": now, "error": said,
@@ -314,10 +327,18 @@ def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None
     """One poll: read the config, look at the head, decide, write the status file. `memory`
     carries idle_since between polls, and a takedown to try again. None: no autostop set, Ray
     is not running, or a failed takedown is waiting for its next attempt."""
-    if memory.get("takedown"):   # decided already: Ray may be stopped here by now
-        if now >= memory["takedown"]["next_at"]:
+    pending = memory.get("takedown")
+    if pending and ray_started() is None:   # a takedown stopped Ray here; the rest failed
+        if now >= pending["next_at"]:
             attempt_takedown(memory, now=now, log=log)
         return None
+    if pending:
+        # Ray runs: the failed takedown did not get as far as stopping it, or someone started
+        # it again (`up`). Decide afresh (settings, activity, uptime of this Ray), keeping the
+        # backoff for when the answer is still to stop.
+        del memory["takedown"]
+        memory["backoff"] = {k: pending[k] for k in ("attempts", "next_at", "error")
+                             if k in pending}
     try:
         config = read_config()
     except (OSError, ValueError) as exc:
@@ -326,6 +347,7 @@ def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None
     rules = settings(config)
     if rules is None:
         memory["idle_since"] = None
+        memory.pop("backoff", None)
         write_status({"state": "off", "checked_at": now})
         return None
     started = ray_started()
@@ -333,7 +355,7 @@ def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None
         memory["idle_since"] = None
         write_status({"state": "ray-stopped", "settings": rules.as_dict(), "checked_at": now})
         return None
-    busy_now = activity(config, rules)
+    busy_now = activity(config, rules, since=memory.get("idle_since"))
     verdict = decide(rules, now=now, busy=bool(busy_now), idle_since=memory.get("idle_since"),
                      started=started)
     memory["idle_since"] = verdict.idle_since
@@ -341,13 +363,21 @@ def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None
               "checked_at": now, "idle_since": verdict.idle_since, "uptime_start": started,
               "seconds_left": verdict.seconds_left, "limit": verdict.limit,
               "activity": busy_now}
+    if not verdict.stop:
+        memory.pop("backoff", None)   # a stop no longer wanted: no failure to back off from
+    backoff = memory.get("backoff")
+    if verdict.stop and backoff and now < backoff["next_at"]:   # a failed takedown's backoff
+        write_status({**status, "state": "takedown-failed", "error": backoff.get("error", ""),
+                      "takedown": {"reason": verdict.reason, "attempts": backoff["attempts"],
+                                   "next_attempt_at": backoff["next_at"]}})
+        return verdict
     write_status(status)
     if verdict.stop:
         reason = str(verdict.reason)
         log(f"autostop: {reason}; archiving the logs, then taking the cluster down")
         archive_logs(config, reason, {**status, "reason": reason}, log)
         if verdict.limit == "idle":   # archiving takes minutes: still idle?
-            busy_now = activity(config, rules)
+            busy_now = activity(config, rules, since=now)
             if busy_now:
                 log(f"autostop abandoned: {', '.join(busy_now)} after archiving; the idle "
                     "clock starts again")
@@ -356,7 +386,8 @@ def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None
                               "seconds_left": None, "limit": None, "activity": busy_now})
                 return verdict
         memory["takedown"] = {"reason": reason, "config": config, "status": status,
-                              "attempts": 0, "next_at": now}
+                              "attempts": memory.pop("backoff", {}).get("attempts", 0),
+                              "next_at": now}
         attempt_takedown(memory, now=now, log=log)
     return verdict
 

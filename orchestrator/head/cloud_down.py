@@ -106,9 +106,10 @@ def _remove_nodes(config: dict[str, Any], log: Callable[[str], None]) -> int:
             "the head stays up so that the cluster is still found; run `orchestrate down`")
         return 1
     heads = provider.non_terminated_nodes({TAG_RAY_NODE_KIND: NODE_KIND_HEAD})
-    if not heads:
-        log("no head found running: nothing more to remove")
-        return 0
+    if not heads:   # this code runs on the head: it is there, but not found by its tags
+        log("the head (this machine) was not found among the cluster's nodes by its tags; "
+            "it stays up: run `orchestrate down`")
+        return 1
     log(f"no worker left; removing the head {', '.join(sorted(heads))} (this machine): the "
         "takedown ends here")
     provider.terminate_nodes(heads)

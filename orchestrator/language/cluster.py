@@ -285,6 +285,15 @@ def _settings_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
             ("host_price_per_hour",),
             f"host_price_per_hour is for on-prem clusters; provider {provider.NAME} prices its "
             "nodes itself", "remove it"))
+    docker = data.get("docker")
+    if data.get("autostop") and isinstance(docker, dict) and \
+            (docker.get("image") or docker.get("head_image")):
+        # Ray runs the head's start commands, and so the watcher, inside the container: it
+        # cannot see the host's SSH terminals, and its `ray stop` on workers reaches the hosts.
+        problems.append(doc.problem(
+            ("autostop",), "autostop does not work with docker yet: the watcher would run "
+            "inside the head's container, blind to SSH sessions on the host, and could not "
+            "stop Ray in the workers' containers", "remove autostop, or docker"))
     return problems
 
 

@@ -28,6 +28,7 @@ class ClusterPrice:
     at_max: float | None                 # head + the worst case under max_workers
     warnings: tuple[str, ...]            # one per unknown price, naming the field path
     source: str                          # the catalog's label, or "prices given in the file"
+    basis: str = ""                      # what the prices were read from: equal, same prices
 
     def hourly(self, workers: Mapping[str, int]) -> float | None:
         """Head + these workers per node type; None if a counted type's price is unknown (or
@@ -71,7 +72,20 @@ def cluster_price(config: dict[str, Any]) -> ClusterPrice:
                for name, node_type in node_types(layout)}
     return ClusterPrice(head_type=head, nodes=nodes, at_min=_total(nodes, head, minimum),
                         at_max=_at_max(layout, nodes, head), warnings=tuple(warnings),
-                        source=provider.price_source(config))
+                        source=provider.price_source(config), basis=price_basis(config, layout))
+
+
+def price_basis(config: dict[str, Any], layout: dict[str, Any]) -> str:
+    """Everything a cluster's price is read from (the provider section: region and zone; the
+    node types and worker limits; the file's host price), as one comparable string: two
+    configs with the same basis cost the same, known or not."""
+    import json
+
+    from .. import cluster_settings
+
+    return json.dumps({"provider": config.get("provider"), "layout": layout,
+                       "host_price": cluster_settings.host_price(config)},
+                      sort_keys=True, default=str)
 
 
 def _total(nodes: dict[str, NodePrice], head: str, workers: dict[str, int]) -> float | None:

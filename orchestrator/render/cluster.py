@@ -23,15 +23,18 @@ HEAD_SOURCE = str(Path(__file__).resolve().parent.parent / "head")
 REMOTE_HOME = "~/.orchestrate"
 REMOTE_HEAD = f"{REMOTE_HOME}/head"
 # Started on every head, with the Python that runs `ray` (the `ray` script's first line names
-# it), detached (nohup, `setsid -f`, no terminal or pipe held), so Ray's launcher does not wait
-# for it and it outlives the SSH session. `-f`: without it setsid, not a group leader there,
-# execs in place and the shell that started it waits for the watcher for ever. It sleeps while
-# the config has no autostop, so adding or removing `autostop:` is an in-place change; one
-# instance per head (it holds a lock).
+# it; for a long path pip writes `#!/bin/sh` there and an exec line after: then the `python`
+# beside the script, as in a venv or conda's bin), detached (nohup, `setsid -f`, no terminal
+# or pipe held), so Ray's launcher does not wait for it and it outlives the SSH session.
+# `-f`: without it setsid, not a group leader there, execs in place and the shell that
+# started it waits for the watcher for ever. It sleeps while the config has no autostop, so
+# adding or removing `autostop:` is an in-place change; one instance per head (it holds a
+# lock).
 WATCHER_START = (
-    f"cd {REMOTE_HOME} && nohup setsid -f "
-    "$(head -n 1 \"$(command -v ray)\" | cut -c 3-) -m head.autostop "
-    ">> autostop.log 2>&1 < /dev/null &")
+    f"cd {REMOTE_HOME} && RAY_BIN=\"$(command -v ray)\" && "
+    "PY=\"$(head -n 1 \"$RAY_BIN\" | cut -c 3-)\" && "
+    "case \"$PY\" in *python*) ;; *) PY=\"$(dirname \"$RAY_BIN\")/python\" ;; esac && "
+    "nohup setsid -f $PY -m head.autostop >> autostop.log 2>&1 < /dev/null &")
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,18 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["plan"]["action"] == "restart"
         assert len(uptime_machine.ray_pids("gcs_server")) == 1
+        # A watcher that died is started again by an `up` that changes nothing, and there is
+        # never more than one.
+        assert until(lambda: uptime_machine.ray_pids("head.autostop"), timeout=30)
+        for host in uptime_machine.hosts:
+            host.in_host("pkill", "-f", "head.autostop", check=False)
+        assert not uptime_machine.ray_pids("head.autostop")
+        for _ in range(2):
+            same = uptime.cli("up", str(uptime.file), "-y", "--format", "json")
+            assert same.returncode == 0, same.stderr
+            assert json.loads(same.stdout)["action"] == "unchanged"
+        assert until(lambda: len(uptime_machine.ray_pids("head.autostop")) == 1, timeout=30), \
+            uptime_machine.ray_processes("autostop")
     finally:
         for handle in handles:
             tear_down(handle)

@@ -190,6 +190,26 @@ def test_deleting_or_keeping_an_unknown_cluster_is_not_judged_by_the_budget(proj
     assert plan.cost.over == ()
 
 
+def test_a_cluster_of_unknown_price_grown_cannot_pass_the_budget_but_a_setup_change_can(project):
+    """Two unknown prices are not equal prices: an unknown cluster made bigger may cost
+    anything; one whose node types, counts and region are untouched costs what it did."""
+    unknown = {**aws("gpu"), "provider": {"type": "aws", "region": "eu-central-1"}}
+    project.write("clusters", "gpu", unknown)
+    doc = applied(project)
+    budget(project, max_cluster_hourly=100, max_hourly=100)
+    project.write("clusters", "gpu", {**unknown, "setup_commands": ["echo setup"]})
+    plan = planned(project, doc)
+    [change] = plan.actions
+    assert change.price["before"]["at_max"] is None and change.price["after"]["at_max"] is None
+    assert plan.cost.over == ()
+    grown = {**unknown, "workers": {"gpu": {**unknown["workers"]["gpu"], "max_workers": 200,
+                                            "instance_type": "p4d.24xlarge"}}}
+    project.write("clusters", "gpu", grown)
+    plan = planned(project, doc)
+    assert any("cluster/gpu: its price is unknown" in why for why in plan.cost.over), \
+        plan.cost.over
+
+
 def test_a_sweep_with_a_time_budget_on_a_cluster_is_given_its_estimated_cost(project):
     from .test_planner import experiment
 

@@ -158,7 +158,9 @@ def test_job_logs_are_capped_and_no_session_file_holds_a_secret_or_a_saved_log_t
     ray.job("mid", "SUCCEEDED", "m" * 8, start=NOW - 200)
     ray.job("new", "FAILED", "n" * 25 + "the end\n", start=NOW - 100)
     logs = session(tmp_path, {"runtime_env_agent.log": 3, "runtime_env_agent.log.1": 3,
+                              "runtime_env_setup-02000000.log": 3,   # env var values, maybe
                               "job-driver-new.log": 4, "job-driver-gone.log": 4,
+                              "job-driver-old.log": 4,   # left out of jobs/: not back uncapped
                               "raylet.out": 5})
     written = archive.run(config(f"file://{tmp_path / 'kept'}"), "down", {}, at=AT,
                           address=ray.address, token=TOKEN, session_logs=logs)
@@ -171,7 +173,7 @@ def test_job_logs_are_capped_and_no_session_file_holds_a_secret_or_a_saved_log_t
     readme = (folder / "README").read_text()
     assert "jobs/new.log: cut to its last 10 bytes (23 bytes left out)" in readme
     assert "jobs/old.log: left out (8 bytes)" in readme
-    assert "runtime_env_agent" in readme
+    assert "runtime_env*.log left out" in readme
 
 
 def test_a_reply_that_is_not_json_loses_no_archive(ray, tmp_path):

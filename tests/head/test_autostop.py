@@ -86,8 +86,9 @@ def test_ray_started_is_the_gcs_servers_start(tmp_path):
 
     ticks = os.sysconf("SC_CLK_TCK")
     proc = fake_proc(tmp_path, {20: ("raylet", "raylet", 50 * ticks),
-                                21: ("gcs_server", "gcs_server", 40 * ticks)})
-    assert autostop.ray_started(proc) == 1700000040
+                                21: ("gcs_server", "gcs_server", 40 * ticks),
+                                22: ("gcs_server", "gcs_server", 10 * ticks)})  # one left over
+    assert autostop.ray_started(proc) == 1700000040   # the newest: uptime is never overstated
     assert autostop.ray_started(fake_proc(tmp_path / "b", {20: ("raylet", "x", 1)})) is None
 
 
@@ -402,3 +403,72 @@ def test_status_summary_of_the_watchers_file():
     assert failed["takedown_error"] == "ray stop on x failed" and failed["seconds_left"] is None
     assert _autostop(failed) == "takedown failed: ray stop on x failed (retrying)"
     assert _autostop(None) == "-"
+    # read 10 minutes after its last poll: the watcher died; a stopped cluster's file is final
+    silent = summary({"state": "watching", "checked_at": T0, "idle_since": T0 - 60,
+                      "seconds_left": 1500, "limit": "idle"}, now=T0 + 600)
+    assert silent["state"] == "silent" and silent["silent_seconds"] == 600
+    assert _autostop(silent).startswith("unknown (the watcher has written nothing for 600 s")
+    assert summary({"state": "watching", "checked_at": T0}, now=T0 + 15)["state"] == "watching"
+    assert summary({"state": "stopped", "checked_at": T0, "stopped": {"reason": "x", "at": T0}},
+                   now=T0 + 9000)["reason"] == "x"
+
+
+def test_a_failed_takedown_backs_off_while_ray_runs_and_is_given_up_when_the_head_is_used_again(
+        head_home, job_api, stops, monkeypatch):
+    write_config(head_home, job_api, {"idle_minutes": 1})
+    stops["ok"] = [False, False, True]
+    memory: dict = {}
+    autostop.poll_once(memory, now=T0, log=print)
+    autostop.poll_once(memory, now=T0 + 60, log=print)    # fails before Ray was stopped
+    assert len(stops["down"]) == 1
+    autostop.poll_once(memory, now=T0 + 70, log=print)    # still idle: waits for its backoff
+    status = json.loads(autostop.STATUS_FILE.read_text())
+    assert len(stops["down"]) == 1 and status["state"] == "takedown-failed"
+    assert status["takedown"]["attempts"] == 1 and status["error"].startswith("ray stop on")
+    autostop.poll_once(memory, now=T0 + 60 + autostop.RETRY_FIRST_S, log=print)
+    assert len(stops["down"]) == 2                       # tried again, and failed again
+    assert json.loads(autostop.STATUS_FILE.read_text())["takedown"]["attempts"] == 2
+
+    # `up` started Ray again and a job runs on it: the failed stop is not carried out later
+    monkeypatch.setattr(autostop, "ray_started", lambda: T0 + 200)
+    JobApi.jobs = [{"status": "RUNNING"}]
+    for now in (T0 + 210, T0 + 2000):
+        verdict = autostop.poll_once(memory, now=now, log=print)
+        assert verdict is not None and not verdict.stop
+    status = json.loads(autostop.STATUS_FILE.read_text())
+    assert status["state"] == "watching" and len(stops["down"]) == 2
+    assert "takedown" not in memory and "backoff" not in memory
+    JobApi.jobs = []                                     # idle again: a new decision, made anew
+    autostop.poll_once(memory, now=T0 + 2010, log=print)
+    autostop.poll_once(memory, now=T0 + 2070, log=print)
+    assert len(stops["down"]) == 3 and memory["ended"]
+
+
+def test_a_failed_takedown_is_given_up_when_autostop_is_removed(head_home, job_api, stops):
+    write_config(head_home, job_api, {"max_uptime_minutes": 1})
+    stops["ok"] = [False, True]
+    memory: dict = {}
+    autostop.poll_once(memory, now=T0 + 60, log=print)
+    assert len(stops["down"]) == 1 and not memory.get("ended")
+    write_config(head_home, job_api, None)               # `up` without autostop, in place
+    for now in (T0 + 60 + autostop.RETRY_FIRST_S, T0 + 5000):
+        autostop.poll_once(memory, now=now, log=print)
+    assert len(stops["down"]) == 1
+    assert json.loads(autostop.STATUS_FILE.read_text())["state"] == "off"
+
+
+def test_a_job_that_came_and_went_between_two_polls_is_activity(head_home, job_api, stops):
+    write_config(head_home, job_api, {"idle_minutes": 1})
+    memory: dict = {}
+    autostop.poll_once(memory, now=T0, log=print)
+    assert memory["idle_since"] == T0
+    # a short job, started and ended between the polls: never seen RUNNING
+    JobApi.jobs = [{"status": "SUCCEEDED", "start_time": (T0 + 20) * 1000,
+                    "end_time": (T0 + 40) * 1000},
+                   {"status": "FAILED", "start_time": (T0 - 900) * 1000,
+                    "end_time": (T0 - 800) * 1000}]               # before: not activity
+    verdict = autostop.poll_once(memory, now=T0 + 60, log=print)
+    assert verdict is not None and not verdict.stop and stops["down"] == []
+    assert json.loads(autostop.STATUS_FILE.read_text())["activity"] == ["1 job(s)"]
+    verdict = autostop.poll_once(memory, now=T0 + 70, log=print)   # idle from then on
+    assert verdict is not None and verdict.seconds_left == 60

@@ -123,6 +123,25 @@ def test_the_head_takes_its_whole_cluster_down_and_nothing_else(
     assert log.index(workers[0]) < log.index(f"removing the head {head}")
 
 
+def test_a_head_its_tags_do_not_find_is_a_failed_takedown_not_a_done_one(
+        moto_server, tmp_path):  # noqa: F811 - the fixture
+    """The takedown runs on the head: not finding it by its tags cannot mean it is gone, so
+    the watcher must not record the cluster as stopped (it retries, and status says so)."""
+    ec2 = client(moto_server, "ec2")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    worker = launch(ec2, image, CLUSTER, "worker")
+    untagged_head = launch(ec2, image, None, None)
+    config = tmp_path / "ray_bootstrap_config.yaml"
+    config.write_text(json.dumps(bootstrap_config(False)))
+
+    done, _ = run_on_head(config, moto_server.env, tmp_path)
+
+    assert done.returncode == 1, done.stderr
+    assert "was not found among the cluster's nodes" in done.stderr
+    after = states(ec2)
+    assert after[worker] == "terminated" and after[untagged_head] == "running"
+
+
 @pytest.mark.parametrize("args", [["head.cloud_down", "/home/ubuntu/ray_bootstrap_config.yaml"],
                                   ["head.autostop"]], ids=["cloud_down", "autostop"])
 def test_the_takedown_is_not_a_process_ray_stop_would_kill(args):

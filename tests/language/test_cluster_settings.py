@@ -58,6 +58,8 @@ def test_a_file_without_them_has_no_metadata(tmp_path):
     (AWS + "host_price_per_hour: 1.5\n", 3, "host_price_per_hour", "on-prem"),
     (LOCAL + "metadata:\n  orchestrate: {autostop: {idle_minutes: 1}}\n", 5,
      "metadata.orchestrate", "orchestrate's own"),
+    (LOCAL + "docker: {image: rayproject/ray:2.60.0, container_name: ray}\n"
+     "autostop: {idle_minutes: 5}\n", 5, "autostop", "does not work with docker"),
 ])
 def test_mistakes_name_line_and_field(tmp_path, capsys, text, line, field, words):
     path = write(tmp_path, text)
