@@ -185,11 +185,14 @@ def _draw(ax: Any, curves: dict[str, list[dict[str, Any]]], panel: list[str]) ->
         shift = 0.6 * index / (len(series) - 1) - 0.3 if alone and len(series) > 1 else 0.0
         ax.plot([x + shift for x, _ in points], [y for _, y in points],
                 color=_colour(run, metric, len(curves)), marker=MARKERS[metric % len(MARKERS)],
-                linestyle=LINES[metric % len(LINES)], markersize=8 if alone else 5)
+                linestyle=LINES[metric % len(LINES)],
+                markersize=8 if alone else 4 if metric else 7)   # a twin's inside, if equal
         if alone:   # a point's height is hard to read off the axis: its value beside it
             ax.annotate(f"{points[0][1]:.3g}", (points[0][0] + shift, points[0][1]),
                         textcoords="offset points", xytext=(0, 8), ha="center",
                         fontsize="x-small")
+    if alone:
+        ax.margins(y=0.15)   # room for the values above the points
     epochs = [x for _, _, points in series for x, _ in points]
     if epochs and max(epochs) - min(epochs) < FEW_EPOCHS:
         ax.set_xlim(min(epochs) - 0.5, max(epochs) + 0.5)
