@@ -76,6 +76,8 @@ class ModelSection(TypedDict):
 class DatasetSection(TypedDict, total=False):
     format: str                     # parquet | csv | json | numpy
     path: str                       # URI, absolute, or relative to the job's working_dir
+    written: str                    # the path as the experiment file gives it (relative to the
+                                    # file, or the URI): what the run's parameters name
     read_options: dict[str, Any]
     cache: bool | Literal["auto"]   # materialise the preprocessed split in the object store
 

@@ -2,17 +2,24 @@
 (`orchestrate results TUNE_RUN`), from the summaries and histories the runs left.
 
     table = comparison(summaries, histories)   # the parameters that differ; final and best metrics
-    png = overlay(summaries, histories)         # every run's curves in one plot
+    png = overlay(summaries, histories, table["params"])   # every run's curves, one plot
     ranked = trials(summary)                    # a Tune run's trials, best first
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..util.text import differing
 
 LOWER_IS_BETTER = ("loss", "error", "rmse", "mae", "logloss")
 HIGHER_IS_BETTER = ("accuracy", "auc", "f1", "precision", "recall")
+# Not compared: the experiment file's hash differs whenever anything in the file does (the run
+# names say the files differ; the parameters say how).
+NOT_COMPARED = ("orchestrate.experiment_sha256",)
+# Summaries from before the parameters named datasets as written carry the job's copy of the
+# working_dir, a folder of Ray's that changes with every run: compared as the path inside it.
+RAY_PACKAGE = re.compile(r"^\S*/runtime_resources/working_dir_files/_ray_pkg_[0-9a-f]+/")
 
 
 def label(summary: dict[str, Any]) -> str:
@@ -58,7 +65,7 @@ def comparison(summaries: list[dict[str, Any]],
                histories: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """{"runs": names, "params": {key: values} (only those that differ), "final": {metric:
     values}, "best": {metric: values}}; values in the runs' order, None where a run has none."""
-    params = [s.get("params") or {} for s in summaries]
+    params = [parameters(s) for s in summaries]
     finals = [s.get("metrics") or {} for s in summaries]
     metrics: list[str] = []
     for final in finals:
@@ -72,20 +79,35 @@ def comparison(summaries: list[dict[str, Any]],
     }
 
 
+def parameters(summary: dict[str, Any]) -> dict[str, Any]:
+    """The run's parameters as compared (`NOT_COMPARED` left out, `RAY_PACKAGE` taken off)."""
+    return {k: RAY_PACKAGE.sub("", v) if isinstance(v, str) else v
+            for k, v in (summary.get("params") or {}).items() if k not in NOT_COMPARED}
+
+
 def overlay(summaries: list[dict[str, Any]], histories: list[list[dict[str, Any]]],
             params: dict[str, list[Any]]) -> bytes | None:
-    """Every run's curves in one PNG, each named by its run and the parameters that differ."""
+    """Every run's curves in one PNG (`curves`)."""
+    from ..workload import results
+
+    return results.overlay(curves(summaries, histories, params),
+                           " vs ".join(label(s) for s in summaries))
+
+
+def curves(summaries: list[dict[str, Any]], histories: list[list[dict[str, Any]]],
+           params: dict[str, list[Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each run's history by its curves' label: its name (and the parameters that differ,
+    when they are few: `results.curve_label`)."""
     from ..workload import results
 
     curves: dict[str, list[dict[str, Any]]] = {}
     for index, (summary, history) in enumerate(zip(summaries, histories, strict=True)):
-        differs = " ".join(f"{k.rsplit('.', 1)[-1]}={v[index]}" for k, v in params.items()
-                           if not k.startswith("orchestrate."))
-        name = f"{label(summary)} {differs}".strip()
+        name = results.curve_label(label(summary), {k: v[index] for k, v in params.items()
+                                                    if not k.startswith("orchestrate.")})
         if name in curves:   # two runs of one name (job ids, or run folders) with the same values
             name = f"{name} #{index + 1}"
         curves[name] = history
-    return results.overlay(curves, " vs ".join(label(s) for s in summaries))
+    return curves
 
 
 def trials(summary: dict[str, Any]) -> list[dict[str, Any]]:

@@ -154,7 +154,7 @@ def tracking(spec: ExperimentSpec, environ: Mapping[str, str]) -> TrackingSectio
 def _dataset(d: dict[str, Any], base: Path, working_dir: Path) -> DatasetSection:
     section: DatasetSection = {"format": d.get("format") or guess_format(d["path"]),
                                "path": dataset_path(d["path"], base, working_dir),
-                               "cache": d.get("cache", "auto")}
+                               "written": d["path"], "cache": d.get("cache", "auto")}
     if d.get("read_options"):
         section["read_options"] = d["read_options"]
     return section

@@ -95,8 +95,9 @@ def section(config: Mapping[str, Any]) -> TrackingSection | None:
 
 def params(config: Mapping[str, Any]) -> dict[str, Any]:
     """What a run is compared by: the loop's settings, the model's, the scaling, the datasets'
-    paths, XGBoost's parameters, and (when tracked) the experiment file's hash and orchestrate's
-    version; as dotted keys (`train_loop_config.lr`)."""
+    paths as the experiment file gives them (never the job's copy of the working_dir, whose
+    folder changes with every run), XGBoost's parameters, and (when tracked) the experiment
+    file's hash and orchestrate's version; as dotted keys (`train_loop_config.lr`)."""
     picked: dict[str, Any] = {"trainer": config.get("trainer")}
     for key in ("train_loop_config", "scaling_config", "params", "num_boost_round", "train_loop"):
         if config.get(key) not in (None, {}):
@@ -106,7 +107,8 @@ def params(config: Mapping[str, Any]) -> dict[str, Any]:
         picked["model"] = {"name": model["name"], **(model.get("args") or {})}
     datasets = config.get("datasets") or {}
     if datasets:
-        picked["datasets"] = {split: d.get("path") for split, d in datasets.items()}
+        picked["datasets"] = {split: d.get("written") or d.get("path")   # older configs: path
+                              for split, d in datasets.items()}
     tracked = section(config)
     if tracked:
         picked["orchestrate"] = {"experiment_sha256": tracked["experiment_sha256"],

@@ -97,6 +97,35 @@ def test_render_experiment_shows_the_job(capsys):
     assert plan["submission_id"].startswith("orchestrate-quickstart-")
 
 
+def test_run_parameters_name_the_datasets_as_the_file_gives_them(tmp_path, monkeypatch):
+    """The job reads its data where it can (relative to its working_dir, or absolute outside
+    it, made absolute again in the job's copy of the working_dir); its parameters name the
+    paths as written, the same in every run."""
+    from orchestrator.language.experiment import load_experiment
+    from orchestrator.render.experiment import resolve_config
+    from orchestrator.workload import data, tracking
+
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "t.csv").write_text("a,target\n1,0\n")
+    (tmp_path / "exp" / "data").mkdir(parents=True)
+    (tmp_path / "exp" / "data" / "v.csv").write_text("a,target\n1,0\n")
+    path = tmp_path / "exp" / "e.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "e", "trainer": "xgboost", "label_column": "target",
+        "datasets": {"train": {"path": "../shared/t.csv"}, "valid": {"path": "./data/v.csv"},
+                     "test": {"path": "s3://bucket/t.parquet"}}}))
+    config = resolve_config(load_experiment(path))
+    assert {k: d["path"] for k, d in config["datasets"].items()} == {
+        "train": str(tmp_path / "shared" / "t.csv"), "valid": "data/v.csv",
+        "test": "s3://bucket/t.parquet"}
+    monkeypatch.chdir(tmp_path / "exp")   # as the job's copy of the working_dir would be
+    written = {"datasets.train": "../shared/t.csv", "datasets.valid": "./data/v.csv",
+               "datasets.test": "s3://bucket/t.parquet"}
+    for job in (config, data.absolute_paths(config)):
+        assert {k: v for k, v in tracking.params(job).items() if k.startswith("datasets.")} == \
+            written
+
+
 def test_submission_id_follows_the_content(tmp_path, capsys):
     source = (REPO / "experiments/custom-loop.yaml").read_text()
     (tmp_path / "custom_loop").mkdir()

@@ -130,17 +130,11 @@ def run_tune(config: JobConfig) -> dict[str, Any]:
     curves: dict[str, list[dict[str, Any]]] = {}
     for trial in trials:
         if str(trial["trial_id"]) in histories:   # a trial that failed before reporting has none
-            label = _label(trial["params"]) or str(trial["trial_id"])
-            if label in curves:   # the same values twice (num_samples, a repeated choice)
-                label = f"{label} ({trial['trial_id']})"
-            curves[label] = histories[str(trial["trial_id"])]
+            curves[results.curve_label(str(trial["trial_id"]), trial["params"])] = \
+                histories[str(trial["trial_id"])]
     png = results.overlay(curves, f"{name}: {len(trials)} trials")
     return results.finish(experiment_uri, summary, history, config=config, png=png,
                           tracked=parent)
-
-
-def _label(params: dict[str, Any]) -> str:
-    return " ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in params.items())
 
 
 def _trial_states() -> Any:
