@@ -13,6 +13,9 @@ import yaml
 from orchestrator import contract
 from orchestrator.cli import main
 from orchestrator.util.waiting import until
+from tests.helpers import read_json_object, stop
+
+from .test_hands import chromium, wait_for_text
 
 pytestmark = [pytest.mark.ssh, pytest.mark.ray, pytest.mark.xdist_group("shared_cluster")]
 
@@ -30,6 +33,32 @@ def busy_training_loop(config):
             sum(i * i for i in range(2000))
         ray.train.report({"epoch": epoch + 1, "loss": 1.0 / (epoch + 1)})
 '''
+
+
+def through_the_dashboard(ssh_cluster, worker: dict, tmp_path: Path) -> str:
+    """A worker's stack as the dashboard's Stack Trace link shows it (`/worker/traceback`), in
+    Chromium signed in by `orchestrate dashboard`'s link; the page's text."""
+    import signal
+    import subprocess
+    import sys
+
+    from orchestrator.util.ports import free_port
+
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator", "dashboard", ssh_cluster.name, "--port", str(port),
+         "--no-browser", "--format", "json"], env=ssh_cluster.env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        report = read_json_object(process)
+        with chromium(tmp_path / "browser") as browser:
+            browser.get(report["sign_in_url"])
+            assert until(lambda: browser.current_url.startswith(report["url"]), timeout=30)
+            browser.get(f"{report['url']}/worker/traceback?pid={worker['pid']}"
+                        f"&node_id={worker['node_id']}&native=0")
+            return wait_for_text(browser, lambda text: "busy_training_loop" in text, 60)
+    finally:
+        stop(process, signal.SIGTERM)
 
 
 def test_a_training_workers_profile_names_its_loop(ssh_cluster, shared_dir, tmp_path, capsys,
@@ -58,8 +87,11 @@ def test_a_training_workers_profile_names_its_loop(ssh_cluster, shared_dir, tmp_
         assert main(["profile", job_id, "--duration", "2", "--output", str(folder),
                      "--format", "json"]) == 0, capsys.readouterr().err
         found = json.loads(capsys.readouterr().out)
+        shown = through_the_dashboard(ssh_cluster, found["workers"][0], tmp_path)
     finally:
         main(["stop", job_id])
+    # the dashboard's own Stack Trace view, in a browser `orchestrate dashboard` signed in
+    assert re.search(r"busy_training_loop \(\S*busy\.py:\d+\)", shown), shown[:2000]
     assert found["target"] == f"cluster {ssh_cluster.name}"
     workers = found["workers"]
     assert len(workers) == 2 and len({w["node_id"] for w in workers}) == 2, workers
