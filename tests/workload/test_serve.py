@@ -139,20 +139,21 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
         thread.join()
     assert code == 0 and updated["changed"], err
     assert Counter(codes) == Counter({200: len(codes)})
-    assert status_of(url + "/demo") == 404   # the new file asks for no page: none served
+    # the new file asks for no page: none served (its routes answer as any unknown one)
+    assert status_of(url + "/demo") == 404
+    assert status_of(url + "/sign-in", {"Authorization": f"Bearer {token}"}, method="POST") == 404
     status, metadata = call(url + "/metadata", token=token)
     assert status == 200 and metadata["checkpoint"] == checkpoints[0]
     assert metadata["features"] == features
 
     # a second application; a route it already serves is refused for a third
     other = write_service(tmp_path, "other", model={"checkpoint": checkpoints[-1]},
-                          route_prefix="/other", auth="none", resources_per_replica={"cpus": 0.5})
+                          route_prefix="/other", auth="none", resources_per_replica={"cpus": 0.5},
+                          demo=True)
     code, second, err = serve_json(capsys, other)
     assert code == 0, err
     assert call(second["url"] + "/predict", rows[:1])[0] == 200  # auth: none
-    # no page asked for: none served (its routes answer as any unknown one)
-    assert status_of(second["url"] + "/demo") == 404
-    assert status_of(second["url"] + "/sign-in", method="POST") == 404
+    assert status_of(second["url"] + "/demo") == 200   # auth: none, the page open to all
     clash = write_service(tmp_path, "clash", model={"checkpoint": checkpoints[-1]},
                           route_prefix="/other")
     assert main(["serve", str(clash)]) == 1
