@@ -54,6 +54,8 @@ COMMANDS = {
     "serve": ("orchestrator.commands.serve",
               "serve a run's checkpoint over HTTP with Ray Serve (a service file); --status"),
     "unserve": ("orchestrator.commands.unserve", "remove one service's Serve application"),
+    "demo": ("orchestrator.commands.demo",
+             "a served model's demo page in your browser, signed in (`demo: true`; until Ctrl-C)"),
     "plan": ("orchestrator.commands.plan",
              "what apply would change in a project (clusters and experiments), and why"),
     "apply": ("orchestrator.commands.apply", "carry out a project's plan under its state lock"),

@@ -13,7 +13,7 @@ Out: one line per epoch, `EPOCH_MARK {json}` (a Tune trial's carries `"trial": i
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 CONFIG_ENV = "ORCHESTRATE_EXPERIMENT"
 CONFIG_VERSION = 1
@@ -172,6 +172,7 @@ class ServeUserConfig(TypedDict):
     max_batch_size: int
     batch_wait_timeout_s: float
     use_gpu: bool
+    demo: NotRequired[bool]         # the demo page (`workload.demo_page`); absent: off
 
 
 class ContractError(ValueError):

@@ -1,6 +1,7 @@
 """Small helpers shared by test modules (fixtures live in conftest.py)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -79,3 +80,35 @@ def read_json_object(process: Any) -> dict:
         if line.rstrip() == "}":
             return json.loads("".join(lines))  # type: ignore[no-any-return]
     raise AssertionError(f"no JSON printed; stderr:\n{process.stderr.read()}")
+
+
+class chromium:  # noqa: N801 - a context manager read as a noun
+    """Debian's headless Chromium with a new, empty profile, driven by chromedriver."""
+
+    def __init__(self, profile: Path) -> None:
+        self.profile = profile
+
+    def __enter__(self):
+        import os
+
+        import pytest
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        missing = [p for p in ("/usr/bin/chromium", "/usr/bin/chromedriver") if not os.path.exists(p)]
+        if missing:
+            pytest.fail(f"the browser test needs {missing} (Debian packages chromium and "
+                        f"chromium-driver; `bash scripts/setup-dev.sh` installs them as root)",
+                        pytrace=False)
+        options = webdriver.ChromeOptions()
+        options.binary_location = "/usr/bin/chromium"
+        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                     "--no-first-run", "--disable-background-networking", "--disable-sync",
+                     "--disable-component-update", "--disable-dev-shm-usage",
+                     "--window-size=1400,1000", f"--user-data-dir={self.profile}"):
+            options.add_argument(flag)
+        self.driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+        return self.driver
+
+    def __exit__(self, *_):
+        self.driver.quit()

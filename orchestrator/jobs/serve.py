@@ -208,7 +208,7 @@ def token(name: str, state: State) -> str | None:
         return None
 
 
-def _record(name: str, state: State) -> dict[str, Any]:
+def recorded(name: str, state: State) -> dict[str, Any]:
     entry = state.store.service(name)
     if entry is None:
         known = ", ".join(s["name"] for s in state.store.services()) or "none"
@@ -216,7 +216,7 @@ def _record(name: str, state: State) -> dict[str, Any]:
     return entry
 
 
-def _cluster_of(entry: dict[str, Any], state: State) -> ClusterRecord | None:
+def cluster_of(entry: dict[str, Any], state: State) -> ClusterRecord | None:
     return recorded_cluster(state, name=entry["cluster"]) if entry.get("cluster") else None
 
 
@@ -226,7 +226,7 @@ def remove(name: str, state: State, progress: Progress) -> bool:
     entry = state.store.service(name)
     if entry is None:
         return False
-    cluster = _cluster_of(entry, state)
+    cluster = cluster_of(entry, state)
     found = False
     try:
         with open_target(state, cluster) as endpoint:
@@ -248,13 +248,13 @@ def remove(name: str, state: State, progress: Progress) -> bool:
 
 def status(names: list[str], state: State) -> list[dict[str, Any]]:
     """Each recorded service (or those named): Serve's status, replicas and URL."""
-    entries = [_record(n, state) for n in names] if names else state.store.services()
+    entries = [recorded(n, state) for n in names] if names else state.store.services()
     rows = []
     for entry in entries:
         row = {"name": entry["name"], "cluster": entry.get("cluster"), "url": entry.get("url"),
                "checkpoint": entry.get("checkpoint"), "status": "NOT_RUNNING", "replicas": 0}
         try:
-            with open_target(state, _cluster_of(entry, state)) as endpoint:
+            with open_target(state, cluster_of(entry, state)) as endpoint:
                 app = ServeClient(endpoint).application(entry["name"]) or {}
         except OrchestrateError as exc:
             row["error"] = str(exc)

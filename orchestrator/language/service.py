@@ -9,6 +9,7 @@
     max_ongoing_requests: 32
     batching: {max_batch_size: 32, batch_wait_timeout_s: 0.01}
     auth: token                                   # default; `auth: none` must be explicit
+    demo: true                                    # a page at {route_prefix}/demo (default off)
 
 `model` names exactly one of `experiment` (its latest run recorded here; `checkpoint: best |
 latest`), `run` (a run folder or URI; the same choice) or `checkpoint` (a checkpoint folder or

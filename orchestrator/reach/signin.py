@@ -89,9 +89,15 @@ def session_cookie(header: str) -> str:
 class SignIn:
     """The one-time sign-in link for `dashboard` (a 127.0.0.1 URL), served until `close()`."""
 
-    def __init__(self, dashboard: str, token: str, *, landing: str = "/") -> None:
+    def __init__(self, dashboard: str, token: str, *, landing: str = "/",
+                 cookie: Callable[[], str] | None = None,
+                 command: str = "orchestrate dashboard") -> None:
+        """`cookie`: makes the `Set-Cookie` to hand on (default: Ray's, `ray_cookie`; the demo
+        page of a service: its own, `jobs.serve_demo`); `command`: the one to run again."""
         self.dashboard = dashboard.rstrip("/")
         self._token = token
+        self._cookie = cookie or (lambda: ray_cookie(self.dashboard, self._token))
+        self.command = command
         self._nonce = secrets.token_urlsafe(32)
         self._spent = threading.Event()
         self._until = time.monotonic() + LIFETIME
@@ -134,19 +140,19 @@ class SignIn:
             return 404, {}, "Not found: this is not the current sign-in link.\n"
         if os.path.exists("/proc/net/tcp") and \
                 peer_uid(client, ("127.0.0.1", self.port)) != os.getuid():
-            return 403, {}, "Forbidden: this link is for the user who ran `orchestrate dashboard`.\n"
+            return 403, {}, f"Forbidden: this link is for the user who ran `{self.command}`.\n"
         with self._lock:
             if self._spent.is_set() or time.monotonic() > self._until:
                 return 410, {}, ("This sign-in link was used already or is too old. "
-                                 "Run `orchestrate dashboard` again for a new one.\n")
+                                 f"Run `{self.command}` again for a new one.\n")
             try:
-                cookie = ray_cookie(self.dashboard, self._token)
+                cookie = self._cookie()
             except ClusterError as exc:
                 return 502, {}, f"Could not sign in: {exc.message}\n"
             self._spent.set()
         self.used()
         return 303, {"Set-Cookie": cookie, "Location": self.dashboard + self.landing}, \
-            "Signed in; on to the dashboard.\n"
+            "Signed in.\n"
 
     def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
         owner = self

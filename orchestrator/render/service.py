@@ -21,11 +21,15 @@ def user_config(spec: ServiceSpec, checkpoint: str, token_sha256: str | None) ->
     batching = spec.document.get("batching") or {}
     gpus = float((spec.document.get("resources_per_replica") or {}).get("gpus", 0))
     # from the file, not from the hash: a hash lost on the way fails closed in the replica
-    return {"checkpoint": checkpoint, "auth": str(spec.document.get("auth", "token")),
-            "token_sha256": token_sha256,
-            "max_batch_size": int(batching.get("max_batch_size", 1)),
-            "batch_wait_timeout_s": float(batching.get("batch_wait_timeout_s", 0.0)),
-            "use_gpu": gpus > 0}
+    config: ServeUserConfig = {
+        "checkpoint": checkpoint, "auth": str(spec.document.get("auth", "token")),
+        "token_sha256": token_sha256,
+        "max_batch_size": int(batching.get("max_batch_size", 1)),
+        "batch_wait_timeout_s": float(batching.get("batch_wait_timeout_s", 0.0)),
+        "use_gpu": gpus > 0}
+    if spec.document.get("demo"):   # only when asked: a service without it renders as before
+        config["demo"] = True
+    return config
 
 
 def render_application(spec: ServiceSpec, *, checkpoint: str, token_sha256: str | None,

@@ -2,8 +2,9 @@
 enough to predict with (`orchestrate predict`, `orchestrate serve`).
 
 `<run>/orchestrate/model.json` holds the trainer, the built-in model and its arguments, the
-columns the data must have, the features in the order the model takes them, the label column
-and the class names; `<run>/orchestrate/preprocessor.bin` the preprocessor as fitted on the
+columns the data must have (with their kinds and the train split's first row, which the demo page
+shows as an example), the features in the order the model takes them, the label column and the
+class names; `<run>/orchestrate/preprocessor.bin` the preprocessor as fitted on the
 train split, in Ray Data's own serialization (`Preprocessor.serialize`). Each checkpoint's
 metadata (`Checkpoint.update_metadata`) names its run, so a checkpoint that moved keeps its way
 back; a checkpoint still in its run's folder also finds the card there.
@@ -26,7 +27,7 @@ from typing import Any, cast
 from ..contract import CARD_VERSION, MODEL_CARD, PREPROCESSOR_FILE, RESULTS_FOLDER, JobConfig
 from . import storage, trainers
 from .configs import best_from_history, checkpoint_section
-from .data import Prepared
+from .data import Prepared, resolve
 
 METADATA_KEY = "orchestrate_run"  # in each checkpoint's metadata: the run folder it belongs to
 CHECKPOINT_METADATA = ".metadata.json"  # Ray Train's `Checkpoint.get_metadata` file (JSON)
@@ -53,6 +54,7 @@ def make_card(config: JobConfig, prepared: Prepared, *, preprocessor_encoding: s
     required = [c for c in prepared.columns
                 if c != label and (c in prepared.features or c in used)]
     names = class_names(config)
+    example, kinds = (None, {}) if prepared.image else example_row(config, required)
     return {
         "format_version": CARD_VERSION,
         "experiment": config["name"],
@@ -62,6 +64,8 @@ def make_card(config: JobConfig, prepared: Prepared, *, preprocessor_encoding: s
         "image": prepared.image,
         "label_column": label,
         "required_columns": required,
+        "column_kinds": kinds,
+        "example": example,
         "features": prepared.features,
         "task": "classification" if names is not None else "regression",
         "class_names": names,
@@ -70,6 +74,49 @@ def make_card(config: JobConfig, prepared: Prepared, *, preprocessor_encoding: s
         DIGEST_KEY: preprocessor_sha256,
         "checkpoint_config": checkpoint_section(config),
     }
+
+
+EXAMPLE_FORMATS = ("parquet", "csv")   # read here with pyarrow alone, as the job reads them
+
+
+def kind(arrow_type: Any) -> str:
+    """A column's kind as the demo page's form takes it: integer, number, boolean or string."""
+    import pyarrow.types as t
+
+    if t.is_integer(arrow_type):
+        return "integer"
+    if t.is_floating(arrow_type) or t.is_decimal(arrow_type):
+        return "number"
+    return "boolean" if t.is_boolean(arrow_type) else "string"
+
+
+def example_row(config: JobConfig, columns: list[str]) -> tuple[dict[str, Any] | None,
+                                                                dict[str, str]]:
+    """The train split's first row (its `columns`, JSON-ready: a missing value is None) and each
+    column's kind, read from the file's first batch; (None, {}) for a format or a source that
+    does not give one cheaply. Optional: the demo page then shows empty fields."""
+    import math
+
+    import pyarrow
+    import pyarrow.dataset
+
+    spec = (config.get("datasets") or {}).get("train")
+    if not spec or spec.get("format", "parquet") not in EXAMPLE_FORMATS:
+        return None, {}
+    try:
+        found = pyarrow.dataset.dataset(resolve(spec["path"]), format=spec.get("format", "parquet"))
+        head = found.head(1, columns=[c for c in columns if c in found.schema.names])
+    except (OSError, ValueError, pyarrow.ArrowException):   # the card is written without it
+        return None, {}
+    kinds = {field.name: kind(field.type) for field in head.schema}
+    if head.num_rows == 0:
+        return None, kinds
+    def plain(value: Any) -> Any:   # JSON has no NaN, dates or bytes
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+    return {name: plain(values[0]) for name, values in head.to_pydict().items()}, kinds
 
 
 def save(run_uri: str, config: JobConfig, prepared: Prepared) -> None:

@@ -7,12 +7,15 @@ A FastAPI ingress around `inference.Predictor`, the same code `orchestrate predi
                            or either under "records"/"columns" -> {"predictions": [row, ...]}
     GET  {route}/healthz   200 once the model is loaded (503 before), no token needed
     GET  {route}/metadata  the model card's summary and the checkpoint served
+    GET  {route}/demo      with `demo: true`, a page to try the model (`demo_page`); else 404
+    POST {route}/sign-in   with `demo: true`, the token as a Bearer header -> the page's cookie
 
 Everything that may change without restarting a replica is the deployment's `user_config`
 (the checkpoint, the token's SHA-256, the batching): Serve calls `reconfigure` with it, which
 loads a new checkpoint beside the one serving and swaps when it is ready, so an update drops no
 request. Only the token's hash reaches the cluster; the Serve proxy has no authentication of its
-own, so every route but healthz checks `Authorization: Bearer <token>` here.
+own, so every route but healthz checks `Authorization: Bearer <token>` here (or, with the demo
+on, the cookie `POST sign-in` set: `authorized`).
 """
 # No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations
 # (`request: Request`) as objects, and `Request` is imported inside `build`.
@@ -24,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..contract import ServeUserConfig
+from . import demo_page
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -43,6 +47,24 @@ def token_matches(header: str | None, config: Mapping[str, Any]) -> bool:
         return False
     digest = hashlib.sha256(token.strip().encode()).hexdigest()
     return hmac.compare_digest(digest, expected)
+
+
+def bearer(header: str | None) -> str | None:
+    scheme, _, token = (header or "").partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def authorized(headers: Mapping[str, str], config: Mapping[str, Any], *,
+               page: bool = False) -> bool:
+    """The Bearer token, or with the demo on the sign-in cookie: for the page itself (`page`,
+    a navigation), or a request of the page's script (it sends `demo_page.HEADER`, which a
+    page of another origin cannot add without a CORS preflight)."""
+    if token_matches(headers.get("authorization"), config):
+        return True
+    if not config.get("demo") or not (page or headers.get(demo_page.HEADER)):
+        return False
+    return any(token_matches(f"Bearer {token}", config)
+               for token in demo_page.cookie_tokens(headers.get("cookie")))
 
 
 def rows_of(body: Any) -> Any:
@@ -70,8 +92,10 @@ def plain(frame: Any) -> list[dict[str, Any]]:
 
 def build(args: dict[str, Any]) -> Any:
     """The application builder Serve calls with the config's `args` (unused: see user_config)."""
+    import secrets
+
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
     from ray import serve
 
     from ..contract import SERVE_DEPLOYMENT
@@ -86,9 +110,11 @@ def build(args: dict[str, Any]) -> Any:
             self.predictor: inference.Predictor | None = None
             self.loaded: card.Loaded | None = None
             self.auth: Mapping[str, Any] = {}   # until reconfigure: every route refused
+            self.name = serve.get_replica_context().replica_id.deployment_id.app_name
 
         async def reconfigure(self, config: ServeUserConfig) -> None:
-            self.auth = {"auth": config.get("auth"), "token_sha256": config.get("token_sha256")}
+            self.auth = {"auth": config.get("auth"), "token_sha256": config.get("token_sha256"),
+                         "demo": bool(config.get("demo"))}
             batched: Any = self.predict_rows  # serve.batch's wrapper: set_* change it live
             batched.set_max_batch_size(int(config.get("max_batch_size", 1)))
             batched.set_batch_wait_timeout_s(float(config.get("batch_wait_timeout_s", 0.0)))
@@ -115,7 +141,7 @@ def build(args: dict[str, Any]) -> Any:
 
         def refused(self, request: Request) -> JSONResponse | None:
             """401 without the token, 503 before the model is loaded; None: go on."""
-            if not token_matches(request.headers.get("authorization"), self.auth):
+            if not authorized(request.headers, self.auth):
                 return JSONResponse({"error": "missing or wrong token"}, status_code=401,
                                     headers={"WWW-Authenticate": "Bearer"})
             if self.loaded is None:
@@ -155,5 +181,37 @@ def build(args: dict[str, Any]) -> Any:
             if frame.empty:
                 return JSONResponse({"predictions": []})
             return JSONResponse({"predictions": await self.predict_rows(frame)})
+
+        @api.get("/demo")
+        async def demo(self, request: Request) -> Response:
+            if not self.auth.get("demo"):
+                return JSONResponse({"detail": "Not Found"}, status_code=404)
+            if not authorized(request.headers, self.auth, page=True):
+                reason = ("Your browser is not signed in." if not request.headers.get("cookie")
+                          else "Your browser's sign-in is not for this service's token.")
+                return HTMLResponse(demo_page.signed_out(self.name, reason), status_code=401,
+                                    headers=demo_page.security_headers())
+            if self.loaded is None:
+                return HTMLResponse("The model is loading; reload in a moment.\n",
+                                    status_code=503, headers=demo_page.security_headers())
+            nonce = secrets.token_urlsafe(16)
+            return HTMLResponse(demo_page.page(self.loaded.card, self.loaded.checkpoint,
+                                               self.name, nonce),
+                                headers=demo_page.security_headers(nonce))
+
+        @api.post("/sign-in")
+        async def sign_in(self, request: Request) -> Response:
+            """204 with the page's cookie for the Bearer token (`demo_page`)."""
+            if not self.auth.get("demo"):
+                return JSONResponse({"detail": "Not Found"}, status_code=404)
+            token = bearer(request.headers.get("authorization"))
+            if self.auth.get("auth") == "none":
+                return Response(status_code=204)   # the page is open: no cookie to give
+            if token is None or not token_matches(f"Bearer {token}", self.auth):
+                return JSONResponse({"error": "missing or wrong token"}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+            path = str(request.scope.get("root_path") or "") or "/"   # Serve's: the route
+            return Response(status_code=204, headers={
+                "Set-Cookie": demo_page.cookie_header(token, path), "Cache-Control": "no-store"})
 
     return Predictor.bind()  # type: ignore[attr-defined]  # serve.deployment adds bind()

@@ -238,6 +238,38 @@ def test_vit_over_ray_data_then_on_image_parquet(local_ray, experiment, tmp_path
     ours = np.sort(predicted[[f"probability_{c}" for c in range(10)]].to_numpy(), axis=0)
     np.testing.assert_allclose(ours, np.sort(expected, axis=0), rtol=1e-4, atol=1e-6)
 
+    check_image_page(path, table["image"][0], tmp_path, capsys)
+
+
+def check_image_page(path: Path, image: object, tmp_path: Path, capsys) -> None:
+    """The ViT served with its demo page: a PNG uploaded in Chromium shows the top classes and
+    probabilities `POST predict` answers for the same pixels."""
+    from PIL import Image
+
+    from .demo_browser import answered, refused, same_answer, screenshot, signed_in
+    from .test_serve import call, serve_json, write_service
+
+    service = write_service(tmp_path, "vit", model={"experiment": str(path)}, demo=True,
+                            resources_per_replica={"cpus": 0.5})
+    code, served, err = serve_json(capsys, service)
+    assert code == 0, err
+    url, token = served["url"], served["token"]
+    pixels = np.asarray(image, dtype=np.uint8)
+    assert pixels.shape == (32, 32, 3)
+    png = tmp_path / "valid-0.png"
+    Image.fromarray(pixels).save(png)
+    with signed_in("vit", token, tmp_path / "profile-a") as (driver, report):
+        assert "32×32" in driver.find_element("id", "input").text
+        driver.find_element("id", "image").send_keys(str(png))
+        shown = answered(driver, 1)
+        status, answer = call(url + "/predict", [{"image": pixels.tolist()}], token=token)
+        assert status == 200, answer
+        same_answer(shown, answer["predictions"][0], top=5)
+        screenshot(driver, "demo-image.png")
+        refused(url, "vit", report["sign_in_url"], tmp_path / "profile-b")
+    assert main(["unserve", "vit"]) == 0
+    capsys.readouterr()
+
 
 def test_detach_returns_the_job_and_logs_find_it(local_ray, tmp_path, capsys):
     """--detach returns once submitted; the job is recorded, so `logs` needs no --cluster."""

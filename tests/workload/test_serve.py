@@ -19,6 +19,7 @@ import yaml
 from orchestrator.cli import main
 from orchestrator.state import State
 
+from .demo_browser import answered, refused, same_answer, screenshot, signed_in, status_of
 from .test_predict import card_of
 
 
@@ -64,7 +65,8 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     service = write_service(tmp_path, "cancer", model={"experiment": str(path)},
                             route_prefix="/cancer", replicas=1,
                             resources_per_replica={"cpus": 0.5},
-                            batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.01})
+                            batching={"max_batch_size": 8, "batch_wait_timeout_s": 0.01},
+                            demo=True)
     code, served, err = serve_json(capsys, service)
     assert code == 0, err
     url, token = served["url"], served["token"]
@@ -110,6 +112,8 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     assert max(abs(a - b) for a, b in zip(served_probabilities, expected, strict=True)) < 1e-6
     assert [p["prediction"] for p in answer["predictions"]] == [int(v > 0.5) for v in expected]
 
+    check_table_page(url, token, card, frame, tmp_path)
+
     # unchanged: nothing is deployed again
     code, again, err = serve_json(capsys, service)
     assert code == 0 and again["changed"] is False, err
@@ -135,16 +139,21 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
         thread.join()
     assert code == 0 and updated["changed"], err
     assert Counter(codes) == Counter({200: len(codes)})
+    # the new file asks for no page: none served (its routes answer as any unknown one)
+    assert status_of(url + "/demo") == 404
+    assert status_of(url + "/sign-in", {"Authorization": f"Bearer {token}"}, method="POST") == 404
     status, metadata = call(url + "/metadata", token=token)
     assert status == 200 and metadata["checkpoint"] == checkpoints[0]
     assert metadata["features"] == features
 
     # a second application; a route it already serves is refused for a third
     other = write_service(tmp_path, "other", model={"checkpoint": checkpoints[-1]},
-                          route_prefix="/other", auth="none", resources_per_replica={"cpus": 0.5})
+                          route_prefix="/other", auth="none", resources_per_replica={"cpus": 0.5},
+                          demo=True)
     code, second, err = serve_json(capsys, other)
     assert code == 0, err
     assert call(second["url"] + "/predict", rows[:1])[0] == 200  # auth: none
+    assert status_of(second["url"] + "/demo") == 200   # auth: none, the page open to all
     clash = write_service(tmp_path, "clash", model={"checkpoint": checkpoints[-1]},
                           route_prefix="/other")
     assert main(["serve", str(clash)]) == 1
@@ -160,6 +169,47 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     assert [(s["name"], s["status"]) for s in listed] == [("other", "RUNNING")]
     assert not token_file.exists()
     assert main(["unserve", "cancer"]) == 0  # again: nothing to remove, not an error
+
+
+def check_table_page(url: str, token: str, card: dict, frame: pd.DataFrame,
+                     tmp_path: Path) -> None:
+    """The demo page in Chromium: a form of the card's columns prefilled from its example row
+    (the train split's first); another row typed in shows what `POST predict` answers for it;
+    a browser without the token is refused."""
+    features = card["required_columns"]
+    first = frame.iloc[0]
+    assert card["example"] == {c: first[c].item() for c in features}
+    assert card["column_kinds"] == dict.fromkeys(features, "number")
+    # the page's script asks with the cookie and its header; the cookie alone does not do
+    sign_in = urllib.request.Request(url + "/sign-in", data=b"", method="POST",
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(sign_in, timeout=30) as answer:
+        cookie = answer.headers["Set-Cookie"].split(";")[0]
+    assert status_of(url + "/predict", {"Cookie": cookie}, method="POST") == 401
+    assert status_of(url + "/sign-in", {"Authorization": "Bearer wrong"}, method="POST") == 401
+
+    with signed_in("cancer", token, tmp_path / "profile-a") as (driver, report):
+        assert report["url"] == url + "/demo"
+        fields = driver.find_elements("css selector", "#input input")
+        assert [f.get_attribute("name") for f in fields] == features
+        assert [float(f.get_attribute("value")) for f in fields] == [first[c] for c in features]
+        # a row the model answers otherwise than the example: what is shown is the typed row's
+        _, some = call(url + "/predict", frame[features].head(40).to_dict(orient="records"),
+                       token=token)
+        index = next(i for i, p in enumerate(some["predictions"])
+                     if p["prediction"] != some["predictions"][0]["prediction"])
+        row = frame.iloc[index]
+        for field in fields:   # typed in, as a person would
+            field.clear()
+            field.send_keys(repr(row[field.get_attribute("name")].item()))
+        driver.find_element("id", "submit").click()
+        shown = answered(driver, 1)
+        status, answer = call(url + "/predict", [{c: row[c].item() for c in features}],
+                              token=token)
+        assert status == 200, answer
+        same_answer(shown, answer["predictions"][0])
+        screenshot(driver, "demo-table.png")
+        refused(url, "cancer", report["sign_in_url"], tmp_path / "profile-b")
 
 
 def test_serving_a_run_that_never_happened(tmp_path, capsys):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.util.waiting import until
-from tests.helpers import at_terminal, read_json_object, stop
+from tests.helpers import at_terminal, chromium, read_json_object, stop
 
 pytestmark = [pytest.mark.ssh, pytest.mark.ray, pytest.mark.xdist_group("shared_cluster")]
 
@@ -238,32 +238,3 @@ def wait_for_text(driver, wanted, timeout: float) -> str:
             return text
         time.sleep(0.5)
     raise AssertionError(f"the page did not show what was expected in {timeout} s:\n{text[:2000]}")
-
-
-class chromium:  # noqa: N801 - a context manager read as a noun
-    """Debian's headless Chromium with a new, empty profile, driven by chromedriver."""
-
-    def __init__(self, profile: Path) -> None:
-        self.profile = profile
-
-    def __enter__(self):
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-
-        missing = [p for p in ("/usr/bin/chromium", "/usr/bin/chromedriver") if not os.path.exists(p)]
-        if missing:
-            pytest.fail(f"the browser test needs {missing} (Debian packages chromium and "
-                        f"chromium-driver; `bash scripts/setup-dev.sh` installs them as root)",
-                        pytrace=False)
-        options = webdriver.ChromeOptions()
-        options.binary_location = "/usr/bin/chromium"
-        for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                     "--no-first-run", "--disable-background-networking", "--disable-sync",
-                     "--disable-component-update", "--disable-dev-shm-usage",
-                     "--window-size=1400,1000", f"--user-data-dir={self.profile}"):
-            options.add_argument(flag)
-        self.driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-        return self.driver
-
-    def __exit__(self, *_):
-        self.driver.quit()
