@@ -13,9 +13,9 @@ import yaml
 from orchestrator import contract
 from orchestrator.cli import main
 from orchestrator.util.waiting import until
-from tests.helpers import read_json_object, stop
+from tests.helpers import chromium, read_json_object, stop
 
-from .test_hands import chromium, wait_for_text
+from .test_hands import wait_for_text
 
 pytestmark = [pytest.mark.ssh, pytest.mark.ray, pytest.mark.xdist_group("shared_cluster")]
 
