@@ -49,5 +49,8 @@ def run(args: argparse.Namespace) -> int:
         info(f"token (shown this once; kept in {served.token_file}):\n  {served.token}")
         example += " -H \"Authorization: Bearer $(cat " + shlex.quote(str(served.token_file)) + ")\""
     info(f"try:\n  {example} -d '[{{\"column\": 1.0}}]'")
+    if served.demo:
+        info(f"a page to try it: {served.demo}; `orchestrate demo {served.name}` opens it signed "
+             "in")
     print(served.url)
     return 0

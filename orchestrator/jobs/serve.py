@@ -47,12 +47,13 @@ class Served:
     token: str | None                  # shown once, when it was made (and in --format json)
     token_file: str | None
     cluster: str | None
+    demo: str | None = None            # the demo page's URL (`demo: true`), else None
 
     def as_dict(self) -> dict[str, Any]:
         """Everything but the token, which the caller adds where it may be shown."""
         return {"name": self.name, "url": self.url, "status": self.status,
                 "checkpoint": self.checkpoint, "changed": self.changed, "cluster": self.cluster,
-                "token_file": self.token_file}
+                "token_file": self.token_file, "demo": self.demo}
 
 
 def _problem(spec: ServiceSpec, field: tuple[str, ...], message: str,
@@ -188,7 +189,8 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
         "url": url, "route_prefix": spec.route_prefix, "checkpoint": checkpoint,
         "auth": token is not None, "deployed_at": time.time()})
     return Served(spec.name, url, status, checkpoint, changed, token if made else None,
-                  token_file, cluster.name if cluster else None)
+                  token_file, cluster.name if cluster else None,
+                  demo=f"{url}/demo" if spec.document.get("demo") else None)
 
 
 def _token(spec: ServiceSpec, state: State) -> tuple[str | None, str | None, bool]:

@@ -71,6 +71,7 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     assert code == 0, err
     url, token = served["url"], served["token"]
     assert served["status"] == "RUNNING" and served["checkpoint"] == result["best_checkpoint"]
+    assert served["demo"] == url + "/demo"
     token_file = Path(served["token_file"])
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     assert token_file.read_text().strip() == token
