@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     print(f"wrote {len(written)} schemas into {args.write}")
-    print("VS Code (the YAML extension, redhat.vscode-yaml), in .vscode/settings.json:")
+    print("VS Code (the YAML extension, redhat.vscode-yaml), in .vscode/settings.json (paths "
+          "from the workspace's root):")
     print(json.dumps({"yaml.schemas": mapping}, indent=2))
     print("or name a file's schema on its first line: "
           f"# yaml-language-server: $schema={args.write / 'experiment.schema.json'}")

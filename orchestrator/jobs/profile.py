@@ -152,9 +152,11 @@ def train_workers(endpoint: Endpoint, ray_job_id: str) -> list[Worker]:
         raise JobError(f"{endpoint.label} did not list the job's workers ({exc})") from None
     rows = ((answer.get("data") or {}).get("result") or {}).get("result") \
         if isinstance(answer, dict) else None
-    workers = [Worker(str(row["actor_id"]), int(row["pid"]), str(row["node_id"]))
+    workers = [Worker(str(row.get("actor_id")), row["pid"], str(row["node_id"]))
                for row in rows or []
-               if isinstance(row, dict) and row.get("pid") and row.get("node_id")]
+               if isinstance(row, dict) and isinstance(row.get("pid"), int)
+               and not isinstance(row.get("pid"), bool) and row["pid"] > 0
+               and row.get("node_id")]   # Ray's answer is data: a row without a pid is skipped
     return sorted(workers, key=lambda w: (w.node_id, w.pid))
 
 
@@ -183,7 +185,11 @@ def _profile_one(endpoint: Endpoint, worker: Worker, index: int, folder: Path,
             errors.append(f"{what}: {_first_line(str(exc))}")
             continue
         path = folder / f"{stem}.{suffix}"
-        path.write_bytes(body)
+        try:
+            path.write_bytes(body)
+        except OSError as exc:
+            errors.append(f"{what}: cannot write {path}: {exc.strerror or exc}")
+            continue
         found[what] = path
     return Profiled(worker, found.get("flamegraph"), found.get("stack"),
                     "; ".join(errors) or None)
@@ -209,7 +215,12 @@ def profile_job(endpoint: Endpoint, job_id: str, *, folder: Path,
         raise JobError(f"job {job_id} has no Ray Train workers running yet on {endpoint.label}",
                        hint="they start once the job's driver has placed them: try again in a "
                             "few seconds (`orchestrate logs JOB` shows how far it is)")
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise JobError(f"cannot make the folder {folder} for the profiles: "
+                       f"{exc.strerror or exc}", hint="give --output a folder you can write") \
+            from None
     progress(f"profiling {len(workers)} worker{'s' if len(workers) != 1 else ''} of job "
              f"{job_id} for {duration} s")
     with ThreadPoolExecutor(max_workers=min(len(workers), 8)) as pool:

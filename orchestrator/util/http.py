@@ -74,13 +74,20 @@ def get_json(address: str, path: str, token: str | None, *, timeout: float = 5) 
         raise HttpError(str(getattr(exc, "reason", exc))) from None
 
 
-def get_bytes(address: str, path: str, token: str | None, *, timeout: float = 5) -> bytes:
-    """GET `address + path` with the token; the answer's body, or HttpError with the answer's
-    last line of text (Ray's dashboard says why it refused there)."""
+MAX_BYTES = 64 * 1024 * 1024   # a flame graph is kilobytes; no answer is kept past this
+
+
+def get_bytes(address: str, path: str, token: str | None, *, timeout: float = 5,
+              limit: int = MAX_BYTES) -> bytes:
+    """GET `address + path` with the token; the answer's body (HttpError past `limit` bytes),
+    or HttpError with the answer's last line of text (Ray's dashboard says why it refused)."""
     request = urllib.request.Request(address.rstrip("/") + path, headers=bearer(token))
     try:
         with _open(request, timeout) as response:
-            return bytes(response.read())
+            body = bytes(response.read(limit + 1))
+            if len(body) > limit:
+                raise HttpError(f"the answer is larger than {limit} bytes")
+            return body
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace").strip().splitlines()
         raise HttpError(f"HTTP {exc.code}" + (f": {detail[-1][:300]}" if detail else ""),

@@ -108,7 +108,14 @@ def curve_label(name: str, differs: dict[str, Any]) -> str:
 
 
 def shorten(text: str, most: int = LABEL_CHARACTERS) -> str:
-    return text if len(text) <= most else text[:most - 1] + "…"
+    """`text` cut to `most` characters, ending in "…"; a curve's label (`curve_label`: a name,
+    then the parameters that differ) keeps its parameters whole and cuts the name."""
+    if len(text) <= most:
+        return text
+    name, _, differs = text.partition(" ")
+    if differs and "=" in differs and len(differs) <= most - 6:
+        return name[:most - len(differs) - 2] + "… " + differs
+    return text[:most - 1] + "…"
 
 
 def plot(history: list[dict[str, Any]], title: str) -> bytes | None:
@@ -164,12 +171,16 @@ def figure(curves: dict[str, list[dict[str, Any]]], title: str) -> Any:
     return drawn
 
 
+PALETTES = ("tab20", "tab20b", "tab20c")   # 10 pairs each: 30 runs in colours of their own
+
+
 def _colour(run: int, metric: int, runs: int) -> Any:
     if runs == 1:
         return f"C{metric % 10}"
     from matplotlib import colormaps
 
-    return colormaps["tab20"](2 * (run % 10) + metric % 2)   # a hue per run, in two shades
+    palette = colormaps[PALETTES[(run // 10) % len(PALETTES)]]
+    return palette(2 * (run % 10) + metric % 2)   # a hue per run, in two shades
 
 
 def _draw(ax: Any, curves: dict[str, list[dict[str, Any]]], panel: list[str]) -> None:

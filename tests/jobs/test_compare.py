@@ -121,6 +121,18 @@ def test_runs_compared_are_named_and_coloured_apart_with_the_legend_outside_the_
     seen = laid_out(results.figure(curves, "long"))
     assert all(len(text) <= results.LABEL_CHARACTERS for text in seen["legend"])
     assert seen["legend"][0].endswith("…")
+    # a long name with short parameters: the name is cut, the parameters that differ stay
+    named = compare.curves([{"name": "vit-cifar10-dataloader-" + "x" * 20}] * 2,
+                           [torch_history(0.1)] * 2, {"train_loop_config.lr": [0.0003, 0.001]})
+    seen = laid_out(results.figure(named, "cut"))
+    assert [t.rsplit(" ", 1)[-1] for t in seen["legend"][:2]] == ["lr=0.0003", "lr=0.001"]
+    assert all(len(t) <= results.LABEL_CHARACTERS and "…" in t for t in seen["legend"][:2])
+
+    # a sweep of 24 trials: every trial a colour of its own
+    sweep = compare.curves([{"name": f"t{i}"} for i in range(24)],
+                           [torch_history(0.01 * (i + 1), 2) for i in range(24)], {})
+    seen = laid_out(results.figure(sweep, "sweep"))
+    assert len({colour for colour, _ in seen["panels"][1]["lines"]}) == 24
 
 
 def test_one_epoch_runs_and_trials_are_points_over_a_whole_epoch():

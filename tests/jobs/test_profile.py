@@ -174,3 +174,23 @@ def test_duration_out_of_range_is_a_usage_error(capsys):
         main(["profile", "job-1", "--duration", "61"])
     assert raised.value.code == 2
     assert "expected whole seconds from 1 to 60" in capsys.readouterr().err
+
+
+def test_rows_ray_gives_without_a_usable_pid_are_skipped(tmp_path):
+    """Ray's answer is data: a row whose pid is not a number names no process to profile."""
+    odd = [dict(WORKER, pid="4242; rm -rf /"), dict(WORKER, pid=None), dict(WORKER, pid=True)]
+    with FakeDashboard(workers=[*odd, WORKER], enabled=True) as fake:
+        profile = profile_job(endpoint(fake), "job-1", folder=tmp_path / "out", duration=1)
+    assert [w.worker.pid for w in profile.workers] == [4242]
+
+
+def test_an_output_that_is_a_file_is_said_without_a_traceback(state, tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    with FakeDashboard(enabled=True) as fake:
+        cluster_at(state, fake.address)
+        code = main(["profile", "job-1", "--cluster", "c", "--output", str(taken)])
+    out, err = capsys.readouterr()
+    assert code == 1 and "Traceback" not in err and "internal error" not in err
+    assert f"cannot make the folder {taken} for the profiles" in err
+    assert taken.read_text() == "mine"
