@@ -106,7 +106,7 @@ def signed_out(service: str, reason: str) -> str:
 <h1>{name}: sign in to try the model</h1><p>{html.escape(reason)}</p>
 <p>This page is for whoever holds the service's token. On the machine that served it, run</p>
 <pre>orchestrate demo {name}</pre>
-<p>It opens this page in your browser through a one-time sign-in link (the token is never put
+<p>It opens this page in your browser through a one-time sign-in link (no secret is ever put
 in a URL); with <code>--no-browser</code> it prints the link to open yourself.</p>
 </main></body></html>
 """
