@@ -173,6 +173,7 @@ class ServeUserConfig(TypedDict):
     batch_wait_timeout_s: float
     use_gpu: bool
     demo: NotRequired[bool]         # the demo page (`workload.demo_page`); absent: off
+    demo_sha256: NotRequired[str]   # with demo and auth "token": the page cookie's secret's SHA-256
 
 
 class ContractError(ValueError):

@@ -4,6 +4,7 @@ through the dashboard's Serve REST API (`serve_client.ServeClient`, on the Endpo
 
     deploy(spec, state, progress) -> Served
         checkpoint (resolved here) -> token (0600, only its hash goes to the cluster)
+        -> with `demo: true`, the demo page's own secret (0600, its hash likewise)
         -> orchestrate's package uploaded (Serve's REST API takes only remote URIs)
         -> GET the running applications -> refuse a route another one serves
         -> no-op if ours is RUNNING with the same config, else PUT all of them with ours
@@ -28,7 +29,7 @@ from ..language.service import ServiceSpec, load_service
 from ..reach import embedded
 from ..reach.target import embedded_endpoint, open_target, recorded_cluster
 from ..render import service as render
-from ..state import ClusterRecord, State, service_key
+from ..state import ClusterRecord, State, demo_key, service_key
 from ..util import http, listeners
 from ..util.ports import free_port
 from ..util.progress import Progress
@@ -160,6 +161,8 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
     checkpoint = checkpoint_of(spec, state)
     token, token_file, made = _token(spec, state)
     digest = hashlib.sha256(token.encode()).hexdigest() if token else None
+    demo = _demo_secret(spec, state, token is not None)
+    demo_digest = hashlib.sha256(demo.encode()).hexdigest() if demo else None
     with open_target(state, cluster, start=True, keep=True, progress=progress) as endpoint:
         serve = ServeClient(endpoint)
         details = serve.details()
@@ -168,7 +171,8 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
         url_host = _host(cluster)
         options = _http_options(details, url_host, spec, cluster)
         wanted = render.render_application(spec, checkpoint=checkpoint, token_sha256=digest,
-                                           package_uri=serve.upload_package())
+                                           package_uri=serve.upload_package(),
+                                           demo_sha256=demo_digest)
         owner = render.route_owner(routes(details), wanted)
         if owner:
             raise _problem(spec, ("route_prefix",), f"the route {spec.route_prefix} is served "
@@ -187,7 +191,8 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
     state.store.record_service(spec.name, {
         "cluster": cluster.name if cluster else None, "file": str(spec.path.resolve()),
         "url": url, "route_prefix": spec.route_prefix, "checkpoint": checkpoint,
-        "auth": token is not None, "deployed_at": time.time()})
+        "auth": token is not None, "demo": bool(spec.document.get("demo")),
+        "deployed_at": time.time()})
     return Served(spec.name, url, status, checkpoint, changed, token if made else None,
                   token_file, cluster.name if cluster else None,
                   demo=f"{url}/demo" if spec.document.get("demo") else None)
@@ -201,6 +206,28 @@ def _token(spec: ServiceSpec, state: State) -> tuple[str | None, str | None, boo
     made = not state.secrets.path(key).exists()
     path = state.secrets.ensure(key)
     return state.secrets.read(key), str(path), made
+
+
+def _demo_secret(spec: ServiceSpec, state: State, token: bool) -> str | None:
+    """The demo page's cookie secret: made once (0600) while the file asks for the page of a
+    token service, kept across updates; dropped when the page is off, so turning it on again
+    makes a new one (and a cookie of the old one lets no one in)."""
+    key = demo_key(spec.name)
+    if not (token and spec.document.get("demo")):
+        state.secrets.remove(key)
+        return None
+    state.secrets.ensure(key)
+    return state.secrets.read(key)
+
+
+def demo_secret(name: str, state: State) -> str:
+    """The demo page's secret kept here; ServeError if it is gone."""
+    try:
+        return state.secrets.read(demo_key(name))
+    except OrchestrateError:
+        raise ServeError(f"the demo page's secret of {name} kept on this machine is gone "
+                         f"({state.secrets.path(demo_key(name))})",
+                         hint="`orchestrate serve` its file again: that makes a new one") from None
 
 
 def token(name: str, state: State) -> str | None:
@@ -245,6 +272,7 @@ def remove(name: str, state: State, progress: Progress) -> bool:
             raise
     state.store.forget_service(name)
     state.secrets.remove(service_key(name))
+    state.secrets.remove(demo_key(name))
     return found
 
 

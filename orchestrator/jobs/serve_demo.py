@@ -4,11 +4,13 @@
     show(name, state, browser=..., progress=..., ready=...)
 
 As `orchestrate dashboard` does for Ray's dashboard: a one-time link on this machine's loopback
-(`reach.signin.SignIn`) whose opening asks the service's `POST {route}/sign-in` for its cookie
-with the token (kept here, 0600) and hands that cookie to the browser with a redirect to the
-page. The token is never in a URL, a page or the terminal. Cookies are scoped by host, not port:
-the page must be on 127.0.0.1 too (the embedded Ray's proxy, or an SSH forward to a cluster's
-head, held open while this runs). An `auth: none` service's page is open: no link, its URL.
+(`reach.signin.SignIn`) whose opening sets the page's cookie and redirects to the page. The
+cookie carries the page's own secret (made by `orchestrate serve`, kept here 0600; the replica
+holds its SHA-256), never the API token, and is made here: no request to the service carries it
+for the link. Cookies are scoped by host, not port, so one set by the link's 127.0.0.1:PORT with
+the page's Path reaches the page on 127.0.0.1 too (the embedded Ray's proxy, or an SSH forward to
+a cluster's head, held open while this runs). The secret is never in a URL, a page or the
+terminal. An `auth: none` service's page is open: no link, its URL.
 """
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.cookies import CookieError, SimpleCookie
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,8 @@ from ..util.progress import Progress
 from . import serve
 
 PAGE = "/demo"
-SIGN_IN = "/sign-in"
 CHECK_EVERY = 2.0   # seconds between asks whether the service still answers
+GIVE_UP_AFTER = 10.0   # seconds of failed asks in a row (a reload, a blip on the forward)
 
 
 @dataclass(frozen=True)
@@ -54,36 +55,17 @@ def service_name(target: str) -> str:
     return target
 
 
-def service_cookie(base: str, route: str, token: str, *, timeout: float = 10) -> str:
-    """The `Set-Cookie` the service's `POST {route}/sign-in` answers the token with: straight to
-    the loopback address (checked ours by the caller), never redirected; ServeError unless it
-    is the one HttpOnly, host-only cookie the page expects."""
-    from ..workload.demo_page import COOKIE
+def demo_cookie(name: str, state: State) -> str:
+    """The `Set-Cookie` that signs a browser in to the page of the service `name`, from what is
+    recorded here when asked (the link's opening); ServeError once the service or its secret is
+    gone."""
+    from ..workload.demo_page import cookie_header
 
-    request = urllib.request.Request(base + route + SIGN_IN, data=b"", method="POST",
-                                     headers=http.bearer(token))
-    try:
-        with http.DIRECT.open(request, timeout=timeout) as response:
-            header = response.headers.get("Set-Cookie") or ""
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            raise ServeError("the service serves no demo page", hint="add `demo: true` to its "
-                             "file and `orchestrate serve` it again") from None
-        raise ServeError(f"the service refused the recorded token (HTTP {exc.code})",
-                         hint="`orchestrate serve` its file again") from None
-    except OSError as exc:
-        raise ServeError(f"the service at {base} did not answer: "
-                         f"{getattr(exc, 'reason', exc)}") from None
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(header)
-    except CookieError:
-        jar.clear()
-    morsel = jar.get(COOKIE)
-    if len(jar) != 1 or morsel is None or morsel["domain"] or not morsel["httponly"]:
-        raise ServeError(f"the service answered with an unexpected cookie (expected one "
-                         f"HttpOnly {COOKIE!r} for this host)")
-    return header
+    entry = serve.recorded(name, state)
+    if not entry.get("auth"):
+        raise ServeError(f"the service {name} takes no token: its page needs no sign-in")
+    route = str(entry.get("route_prefix") or urllib.parse.urlsplit(str(entry["url"])).path)
+    return cookie_header(serve.demo_secret(name, state), route)
 
 
 def show(name: str, state: State, *, browser: bool, progress: Progress,
@@ -103,26 +85,23 @@ def show(name: str, state: State, *, browser: bool, progress: Progress,
                          "again (it is then reached through an SSH forward)")
     parts = urllib.parse.urlsplit(str(entry["url"]))
     route = str(entry.get("route_prefix") or parts.path).rstrip("/")
-    token = serve.token(name, state) if entry.get("auth") else None
+    cookie = demo_cookie(name, state) if entry.get("auth") else None   # its secret kept here
     with serve.reach(parts.hostname or "127.0.0.1", int(parts.port or 80), cluster,
                      state) as base:
-        _ours(base, cluster, state)
         page = base + route + PAGE
         why_not = None if browser else "--no-browser"
         why_not = why_not or no_browser_because()
-        if token is None:
-            if http.status_of(page) == 404:
-                raise ServeError(f"the service {name} serves no demo page",
-                                 hint="add `demo: true` to its file and `orchestrate serve` "
-                                      "it again")
+        _has_page(name, page, None)
+        if cookie is None:
             ready(Opened(page, None, name, why_not or "opening"))
             if why_not is None:
                 open_browser(page, progress)
             _hold(base + route)
             return
-        service_cookie(base, route, token)   # the page is there and takes the token: say so now
-        with SignIn(base, token, landing=route + PAGE, command=f"orchestrate demo {name}",
-                    cookie=lambda: service_cookie(base, route, token)) as signin:
+        _ours(base, cluster, state)   # at the moment the secret is sent
+        _has_page(name, page, cookie)
+        with SignIn(base, "", landing=route + PAGE, command=f"orchestrate demo {name}",
+                    cookie=lambda: demo_cookie(name, state)) as signin:
             signin.used = lambda: progress("a browser signed in with the one-time link")
             ready(Opened(page, signin.url, name, why_not or "opening"))
             if why_not is None:
@@ -130,8 +109,32 @@ def show(name: str, state: State, *, browser: bool, progress: Progress,
             _hold(base + route)
 
 
+def _has_page(name: str, page: str, cookie: str | None) -> None:
+    """The service serves the page (and, with `cookie`, lets its cookie in): ServeError
+    saying what to do otherwise. Straight to the address, never redirected."""
+    headers = {"Cookie": cookie.split(";")[0]} if cookie else {}
+    try:
+        with http.DIRECT.open(urllib.request.Request(page, headers=headers), timeout=10):
+            return
+    except urllib.error.HTTPError as exc:
+        status: int | None = exc.code
+    except OSError:
+        status = None
+    if status == 404:
+        raise ServeError(f"the service {name} serves no demo page",
+                         hint="add `demo: true` to its file and `orchestrate serve` it again")
+    if status == 401 and cookie is None:
+        return   # a token service's page: the link signs the browser in
+    if status == 401:
+        raise ServeError(f"the service {name} does not take the demo page's secret kept here "
+                         f"(served again from elsewhere?)",
+                         hint="`orchestrate serve` its file again from this machine")
+    raise ServeError(f"the demo page of {name} at {page} did not answer"
+                     + (f" (HTTP {status})" if status else ""))
+
+
 def _ours(base: str, cluster: ClusterRecord | None, state: State) -> None:
-    """The token goes only to a listener proven ours: the embedded Ray's proxy, or our
+    """The page's secret goes only to a listener proven ours: the embedded Ray's proxy, or our
     forward."""
     if cluster is None:
         serve._proxy_is_the_embedded_rays(base, state)
@@ -139,13 +142,21 @@ def _ours(base: str, cluster: ClusterRecord | None, state: State) -> None:
     try:
         listeners.check(base)
     except listeners.NotOurs as exc:
-        raise ServeError(f"the forward to the service at {base} is not ours: {exc}; no token "
+        raise ServeError(f"the forward to the service at {base} is not ours: {exc}; no secret "
                          f"sent") from None
 
 
-def _hold(service: str) -> None:
-    """Until Ctrl-C or a signal, or until the service no longer answers its health check."""
+def _hold(service: str, *, every: float = CHECK_EVERY, give_up: float = GIVE_UP_AFTER) -> None:
+    """Until Ctrl-C or a signal, or until the service has not answered its health check for
+    `give_up` seconds in a row (a replica reloading a checkpoint or a blip is not the end)."""
+    failing_since: float | None = None
     while True:
-        if http.status_of(service + "/healthz") != 200:
-            raise ServeError("the service stopped answering (unserved, or its Ray stopped)")
-        time.sleep(CHECK_EVERY)
+        if http.status_of(service + "/healthz") == 200:
+            failing_since = None
+        else:
+            now = time.monotonic()
+            failing_since = now if failing_since is None else failing_since
+            if now - failing_since >= give_up:
+                raise ServeError(f"the service stopped answering for {give_up:.0f} s "
+                                 f"(unserved, or its Ray stopped)")
+        time.sleep(every)

@@ -112,6 +112,10 @@ def build_service(doc: Document, path: Path, *, here: bool = True) -> ServiceSpe
         problems.append(doc.problem(("autoscaling", "min_replicas"),
                                     f"min_replicas ({scaling['min_replicas']}) is more than "
                                     f"max_replicas ({scaling['max_replicas']})"))
+    if data.get("demo") and str(data.get("route_prefix", "/x")).rstrip("/") == "":
+        problems.append(doc.problem(("route_prefix",), "the demo page needs a route of its own, "
+                                    "not '/': its cookie would go to every web app on this host",
+                                    "give a route_prefix such as /" + str(data["name"])))
     experiment, source, which, model_problems = _model(doc, base, here)
     cluster, cluster_problems = cluster_of(doc, data, base, here)
     problems += model_problems + cluster_problems

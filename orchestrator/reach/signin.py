@@ -31,7 +31,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 
-from ..errors import ClusterError
+from ..errors import ClusterError, OrchestrateError
 from ..util import listeners
 from ..util.http import DIRECT
 from ..util.listeners import peer_uid
@@ -93,7 +93,8 @@ class SignIn:
                  cookie: Callable[[], str] | None = None,
                  command: str = "orchestrate dashboard") -> None:
         """`cookie`: makes the `Set-Cookie` to hand on (default: Ray's, `ray_cookie`; the demo
-        page of a service: its own, `jobs.serve_demo`); `command`: the one to run again."""
+        page of a service: its own secret's, `jobs.serve_demo`, with `token` unused); an
+        OrchestrateError it raises is the browser's 502 page; `command`: the one to run again."""
         self.dashboard = dashboard.rstrip("/")
         self._token = token
         self._cookie = cookie or (lambda: ray_cookie(self.dashboard, self._token))
@@ -147,7 +148,7 @@ class SignIn:
                                  f"Run `{self.command}` again for a new one.\n")
             try:
                 cookie = self._cookie()
-            except ClusterError as exc:
+            except OrchestrateError as exc:   # ClusterError (Ray's), ServeError (a page's)
                 return 502, {}, f"Could not sign in: {exc.message}\n"
             self._spent.set()
         self.used()

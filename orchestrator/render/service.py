@@ -17,7 +17,8 @@ DEFAULT_PORT = 8000
 PACKAGE_PLACEHOLDER = "<orchestrate's package, uploaded by `orchestrate serve`>"
 
 
-def user_config(spec: ServiceSpec, checkpoint: str, token_sha256: str | None) -> ServeUserConfig:
+def user_config(spec: ServiceSpec, checkpoint: str, token_sha256: str | None,
+                demo_sha256: str | None = None) -> ServeUserConfig:
     batching = spec.document.get("batching") or {}
     gpus = float((spec.document.get("resources_per_replica") or {}).get("gpus", 0))
     # from the file, not from the hash: a hash lost on the way fails closed in the replica
@@ -29,18 +30,21 @@ def user_config(spec: ServiceSpec, checkpoint: str, token_sha256: str | None) ->
         "use_gpu": gpus > 0}
     if spec.document.get("demo"):   # only when asked: a service without it renders as before
         config["demo"] = True
+        if demo_sha256:   # the page's own secret (not the token): its cookie (`demo_page`)
+            config["demo_sha256"] = demo_sha256
     return config
 
 
 def render_application(spec: ServiceSpec, *, checkpoint: str, token_sha256: str | None,
-                       package_uri: str = PACKAGE_PLACEHOLDER) -> dict[str, Any]:
+                       package_uri: str = PACKAGE_PLACEHOLDER,
+                       demo_sha256: str | None = None) -> dict[str, Any]:
     data = spec.document
     resources = data.get("resources_per_replica") or {}
     deployment: dict[str, Any] = {
         "name": SERVE_DEPLOYMENT,
         "ray_actor_options": {"num_cpus": resources.get("cpus", 1),
                               "num_gpus": resources.get("gpus", 0)},
-        "user_config": user_config(spec, checkpoint, token_sha256),
+        "user_config": user_config(spec, checkpoint, token_sha256, demo_sha256),
         # a replica that must restart (new resources) is replaced by a new one first
         "max_surge_percent": 100,
     }

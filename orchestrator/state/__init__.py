@@ -21,10 +21,12 @@ from .store import (
     SecretStore,
     StateStore,
     cluster_key,
+    demo_key,
     service_key,
 )
 
 __all__ = ["State", "StateStore", "SecretStore", "ClusterRecord", "cluster_key", "service_key",
+           "demo_key",
            "home",
            "LAUNCHING", "UP", "FAILED", "INTERRUPTED", "STOPPING"]
 

@@ -130,6 +130,11 @@ def service_key(name: str) -> str:
     return f"services/{name}"
 
 
+def demo_key(name: str) -> str:
+    """The SecretStore key of a service's demo-page secret (the page's cookie; not the token)."""
+    return f"demo-pages/{name}"
+
+
 def cluster_key(name: str) -> str:
     """The SecretStore key of a cluster's Ray auth token."""
     return f"clusters/{name}"

@@ -94,14 +94,17 @@ def example_row(config: JobConfig, columns: list[str]) -> tuple[dict[str, Any] |
                                                                 dict[str, str]]:
     """The train split's first row (its `columns`, JSON-ready: a missing value is None) and each
     column's kind, read from the file's first batch; (None, {}) for a format or a source that
-    does not give one cheaply. Optional: the demo page then shows empty fields."""
+    does not give one cheaply, or whose `read_options` (a CSV's delimiter, parse options) this
+    reader would not apply: it would read another row, silently. Optional: the demo page then
+    shows empty fields."""
     import math
 
     import pyarrow
     import pyarrow.dataset
 
     spec = (config.get("datasets") or {}).get("train")
-    if not spec or spec.get("format", "parquet") not in EXAMPLE_FORMATS:
+    if not spec or spec.get("format", "parquet") not in EXAMPLE_FORMATS \
+            or spec.get("read_options"):
         return None, {}
     try:
         found = pyarrow.dataset.dataset(resolve(spec["path"]), format=spec.get("format", "parquet"))

@@ -8,48 +8,51 @@ external asset: it works on a closed network) that calls the service's own `POST
                      card's example row (the train split's first); the prediction and every
                      class's probability
 
-Signing in (`auth: token`): a browser cannot be told to send a header, so `POST {route}/sign-in`
-with the token as a Bearer header answers a cookie holding it (base64url; HttpOnly,
-SameSite=Strict, the route's path, a session cookie), as Ray's dashboard does with its own. The
-page's requests send the cookie and `HEADER`; the app takes the cookie only with that header, which
-a page of another origin cannot add without a CORS preflight this app never grants.
+Signing in (`auth: token`): a browser cannot be told to send a header, so the page takes a
+cookie instead. It carries the page's own secret, never the API token: `orchestrate serve`
+makes it (kept 0600 beside the token) and sends only its SHA-256 (`demo_sha256` in the
+user_config); `orchestrate demo` sets the cookie from its one-time loopback link. Browsers scope
+cookies by host, not port, so any listener on 127.0.0.1 whose path matches gets the cookie: it
+is HttpOnly, SameSite=Strict, a session cookie, and its Path is the page's (`{route}/demo`),
+which the page's own predict (`POST {route}/demo/predict`) is under. The app takes the cookie
+only there (the page, its predict), never as the API's token, and its predict only with `HEADER`,
+which a page of another origin cannot add without a CORS preflight this app never grants.
 """
 from __future__ import annotations
 
-import base64
 import html
 import json
 import re
 from typing import Any
 
-COOKIE = "orchestrate-service-token"
+COOKIE = "orchestrate-demo"
 HEADER = "x-orchestrate-demo"
+PAGE_PATH = "/demo"   # under the route; the page's predict: PAGE_PATH + "/predict"
+VALUE = re.compile(r"[0-9A-Za-z_-]{16,256}")
 # the built-in image models' `image_size` when the experiment gives none (workload.models)
 IMAGE_SIZES = {"vit": 224, "cnn": 32}
 TOP_CLASSES = 5   # an image model's classes shown, best first (gr.Label's num_top_classes)
 
 
-def cookie_header(token: str, path: str) -> str:
-    """The `Set-Cookie` value for `token`, scoped to the service's route."""
-    value = base64.urlsafe_b64encode(token.encode()).decode()
-    return f"{COOKIE}={value}; Path={path or '/'}; HttpOnly; SameSite=Strict"
+def cookie_path(route: str) -> str:
+    """The cookie's Path: the page, and its predict under it."""
+    return route.rstrip("/") + PAGE_PATH
 
 
-def cookie_tokens(header: str | None) -> list[str]:
-    """Every token a `Cookie` header carries under `COOKIE` (a browser sends one per path that
-    matches: two services on nested routes), decoded; malformed ones are left out."""
-    tokens = []
+def cookie_header(secret: str, route: str) -> str:
+    """The `Set-Cookie` value for the page's `secret`, for the route's page only."""
+    return f"{COOKIE}={secret}; Path={cookie_path(route)}; HttpOnly; SameSite=Strict"
+
+
+def cookie_secrets(header: str | None) -> list[str]:
+    """Every secret a `Cookie` header carries under `COOKIE` (a browser sends one per path that
+    matches); malformed ones are left out."""
+    found = []
     for part in (header or "").split(";"):
         name, _, value = part.strip().partition("=")
-        if name != COOKIE:
-            continue
-        try:
-            token = base64.b64decode(value.encode(), altchars=b"-_", validate=True).decode()
-        except (ValueError, UnicodeDecodeError):
-            continue
-        if token:
-            tokens.append(token)
-    return tokens
+        if name == COOKIE and VALUE.fullmatch(value):
+            found.append(value)
+    return found
 
 
 def image_size(card: dict[str, Any]) -> int:
@@ -103,7 +106,7 @@ def signed_out(service: str, reason: str) -> str:
 <h1>{name}: sign in to try the model</h1><p>{html.escape(reason)}</p>
 <p>This page is for whoever holds the service's token. On the machine that served it, run</p>
 <pre>orchestrate demo {name}</pre>
-<p>It opens this page in your browser through a one-time sign-in link (the token is never put
+<p>It opens this page in your browser through a one-time sign-in link (no secret is ever put
 in a URL); with <code>--no-browser</code> it prints the link to open yourself.</p>
 </main></body></html>
 """
@@ -238,7 +241,9 @@ async function predict(row, what) {
   status.textContent = "asking the model…";
   let response;
   try {
-    response = await fetch("predict", {method: "POST", credentials: "same-origin",
+    // the page's own predict, under the page's path (its cookie goes nowhere else)
+    response = await fetch(location.pathname.replace(/[/]+$/, "") + "/predict", {
+      method: "POST", credentials: "same-origin",
       headers: {"Content-Type": "application/json", [S.header]: "1"},
       body: JSON.stringify([row])});
   } catch (error) {
@@ -255,7 +260,7 @@ async function predict(row, what) {
     return;
   }
   show(body.predictions[0]);
-  status.textContent = what + " · POST predict, the same path as the API";
+  status.textContent = what + " · POST demo/predict, the API's predict";
   status.dataset.done = String(Number(status.dataset.done || 0) + 1);
 }
 
@@ -270,7 +275,7 @@ function tableForm() {
               reset);
   form.addEventListener("submit", event => {
     event.preventDefault();
-    const row = {};
+    const row = Object.create(null);   // a column named __proto__ is a column too
     for (const input of fields.querySelectorAll("input, select")) row[input.name] = valueOf(input);
     predict(row, "the row above");
   });

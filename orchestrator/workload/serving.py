@@ -8,14 +8,15 @@ A FastAPI ingress around `inference.Predictor`, the same code `orchestrate predi
     GET  {route}/healthz   200 once the model is loaded (503 before), no token needed
     GET  {route}/metadata  the model card's summary and the checkpoint served
     GET  {route}/demo      with `demo: true`, a page to try the model (`demo_page`); else 404
-    POST {route}/sign-in   with `demo: true`, the token as a Bearer header -> the page's cookie
+    POST {route}/demo/predict  the page's predict: the same, with the page's cookie
 
 Everything that may change without restarting a replica is the deployment's `user_config`
-(the checkpoint, the token's SHA-256, the batching): Serve calls `reconfigure` with it, which
-loads a new checkpoint beside the one serving and swaps when it is ready, so an update drops no
-request. Only the token's hash reaches the cluster; the Serve proxy has no authentication of its
-own, so every route but healthz checks `Authorization: Bearer <token>` here (or, with the demo
-on, the cookie `POST sign-in` set: `authorized`).
+(the checkpoint, the token's and the demo page secret's SHA-256, the batching): Serve calls
+`reconfigure` with it, which loads a new checkpoint beside the one serving and swaps when it is
+ready, so an update drops no request. Only the hashes reach the cluster; the Serve proxy has no
+authentication of its own, so every route but healthz checks `Authorization: Bearer <token>`
+here (`authorized`); the demo page and its predict take the page's cookie, its own secret,
+instead (`demo_authorized`).
 """
 # No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations
 # (`request: Request`) as objects, and `Request` is imported inside `build`.
@@ -49,22 +50,27 @@ def token_matches(header: str | None, config: Mapping[str, Any]) -> bool:
     return hmac.compare_digest(digest, expected)
 
 
-def bearer(header: str | None) -> str | None:
-    scheme, _, token = (header or "").partition(" ")
-    return (token.strip() or None) if scheme.lower() == "bearer" else None
+def authorized(headers: Mapping[str, str], config: Mapping[str, Any]) -> bool:
+    """The API: the Bearer token only (the demo page's secret is no token)."""
+    return token_matches(headers.get("authorization"), config)
 
 
-def authorized(headers: Mapping[str, str], config: Mapping[str, Any], *,
-               page: bool = False) -> bool:
-    """The Bearer token, or with the demo on the sign-in cookie: for the page itself (`page`,
-    a navigation), or a request of the page's script (it sends `demo_page.HEADER`, which a
-    page of another origin cannot add without a CORS preflight)."""
+def demo_authorized(headers: Mapping[str, str], config: Mapping[str, Any], *,
+                    page: bool = False) -> bool:
+    """The demo page (`page`, a navigation) or its predict: with the demo on, the Bearer token,
+    or the page's cookie matching `demo_sha256`; for its predict only with `demo_page.HEADER`,
+    which a page of another origin cannot add without a CORS preflight. Fails closed as
+    `token_matches` does."""
+    if not config.get("demo"):
+        return False
     if token_matches(headers.get("authorization"), config):
         return True
-    if not config.get("demo") or not (page or headers.get(demo_page.HEADER)):
+    expected = config.get("demo_sha256")
+    if config.get("auth") != "token" or not isinstance(expected, str) \
+            or not SHA256.fullmatch(expected) or not (page or headers.get(demo_page.HEADER)):
         return False
-    return any(token_matches(f"Bearer {token}", config)
-               for token in demo_page.cookie_tokens(headers.get("cookie")))
+    return any(hmac.compare_digest(hashlib.sha256(secret.encode()).hexdigest(), expected)
+               for secret in demo_page.cookie_secrets(headers.get("cookie")))
 
 
 def rows_of(body: Any) -> Any:
@@ -114,7 +120,8 @@ def build(args: dict[str, Any]) -> Any:
 
         async def reconfigure(self, config: ServeUserConfig) -> None:
             self.auth = {"auth": config.get("auth"), "token_sha256": config.get("token_sha256"),
-                         "demo": bool(config.get("demo"))}
+                         "demo": bool(config.get("demo")),
+                         "demo_sha256": config.get("demo_sha256")}
             batched: Any = self.predict_rows  # serve.batch's wrapper: set_* change it live
             batched.set_max_batch_size(int(config.get("max_batch_size", 1)))
             batched.set_batch_wait_timeout_s(float(config.get("batch_wait_timeout_s", 0.0)))
@@ -139,9 +146,11 @@ def build(args: dict[str, Any]) -> Any:
                 start += len(frame)
             return answers
 
-        def refused(self, request: Request) -> JSONResponse | None:
-            """401 without the token, 503 before the model is loaded; None: go on."""
-            if not authorized(request.headers, self.auth):
+        def refused(self, request: Request, demo: bool = False) -> JSONResponse | None:
+            """401 without the token (`demo`: or the page's cookie), 503 before the model is
+            loaded; None: go on."""
+            if not (demo_authorized(request.headers, self.auth) if demo
+                    else authorized(request.headers, self.auth)):
                 return JSONResponse({"error": "missing or wrong token"}, status_code=401,
                                     headers={"WWW-Authenticate": "Bearer"})
             if self.loaded is None:
@@ -168,7 +177,16 @@ def build(args: dict[str, Any]) -> Any:
 
         @api.post("/predict")
         async def predict(self, request: Request) -> JSONResponse:
-            if (answer := self.refused(request)) is not None or self.predictor is None:
+            return await self.answer(request, demo=False)
+
+        @api.post("/demo/predict")
+        async def demo_predict(self, request: Request) -> JSONResponse:
+            if not self.auth.get("demo"):
+                return JSONResponse({"detail": "Not Found"}, status_code=404)
+            return await self.answer(request, demo=True)
+
+        async def answer(self, request: Request, demo: bool) -> JSONResponse:
+            if (answer := self.refused(request, demo)) is not None or self.predictor is None:
                 return answer or JSONResponse({}, status_code=503)
             try:
                 frame = rows_of(await request.json())
@@ -186,9 +204,11 @@ def build(args: dict[str, Any]) -> Any:
         async def demo(self, request: Request) -> Response:
             if not self.auth.get("demo"):
                 return JSONResponse({"detail": "Not Found"}, status_code=404)
-            if not authorized(request.headers, self.auth, page=True):
-                reason = ("Your browser is not signed in." if not request.headers.get("cookie")
-                          else "Your browser's sign-in is not for this service's token.")
+            if not demo_authorized(request.headers, self.auth, page=True):
+                reason = ("Your browser is not signed in." if not demo_page.cookie_secrets(
+                          request.headers.get("cookie")) else
+                          "Your browser's sign-in is not for this service's page as it is now "
+                          "served.")
                 return HTMLResponse(demo_page.signed_out(self.name, reason), status_code=401,
                                     headers=demo_page.security_headers())
             if self.loaded is None:
@@ -198,20 +218,5 @@ def build(args: dict[str, Any]) -> Any:
             return HTMLResponse(demo_page.page(self.loaded.card, self.loaded.checkpoint,
                                                self.name, nonce),
                                 headers=demo_page.security_headers(nonce))
-
-        @api.post("/sign-in")
-        async def sign_in(self, request: Request) -> Response:
-            """204 with the page's cookie for the Bearer token (`demo_page`)."""
-            if not self.auth.get("demo"):
-                return JSONResponse({"detail": "Not Found"}, status_code=404)
-            token = bearer(request.headers.get("authorization"))
-            if self.auth.get("auth") == "none":
-                return Response(status_code=204)   # the page is open: no cookie to give
-            if token is None or not token_matches(f"Bearer {token}", self.auth):
-                return JSONResponse({"error": "missing or wrong token"}, status_code=401,
-                                    headers={"WWW-Authenticate": "Bearer"})
-            path = str(request.scope.get("root_path") or "") or "/"   # Serve's: the route
-            return Response(status_code=204, headers={
-                "Set-Cookie": demo_page.cookie_header(token, path), "Cache-Control": "no-store"})
 
     return Predictor.bind()  # type: ignore[attr-defined]  # serve.deployment adds bind()

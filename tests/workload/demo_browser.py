@@ -93,7 +93,8 @@ def signed_in(name: str, token: str | None, profile: Path) -> Iterator[tuple[Any
                 "return document.cookie")
             (cookie,) = driver.get_cookies()
             assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
-            assert cookie["path"] == "/" + report["url"].split("/", 3)[3].rsplit("/", 1)[0]
+            assert cookie["name"] == "orchestrate-demo" and token not in cookie["value"]
+            assert cookie["path"] == "/" + report["url"].split("/", 3)[3]   # the page's only
             yield driver, report
     finally:
         out, err = stop(process, signal.SIGTERM)

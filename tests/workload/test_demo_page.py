@@ -17,66 +17,90 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.errors import ServeError
-from orchestrator.jobs.serve_demo import service_cookie
+from orchestrator.jobs import serve_demo
 from orchestrator.language.service import load_service
 from orchestrator.reach.signin import SignIn
 from orchestrator.render import service
+from orchestrator.state import demo_key, service_key
 from orchestrator.workload import demo_page
 from orchestrator.workload.card import example_row
-from orchestrator.workload.serving import authorized
+from orchestrator.workload.serving import authorized, demo_authorized
 
-DIGEST = hashlib.sha256(b"s3cret").hexdigest()
-ON = {"auth": "token", "token_sha256": DIGEST, "demo": True}
+TOKEN, SECRET = "s3cret-api-token", "d" * 64
+DIGEST = hashlib.sha256(TOKEN.encode()).hexdigest()
+DEMO_DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()
+ON = {"auth": "token", "token_sha256": DIGEST, "demo": True, "demo_sha256": DEMO_DIGEST}
 
 
-def cookie(token: str) -> str:
-    return demo_page.cookie_header(token, "/x").split(";")[0]
+def cookie(secret: str) -> str:
+    return demo_page.cookie_header(secret, "/x").split(";")[0]
 
 
 def user_config(tmp_path: Path, extra: str) -> dict:
     (tmp_path / "run").mkdir(exist_ok=True)
     path = tmp_path / "svc.yaml"
     path.write_text(f"name: svc\nmodel: {{run: run}}\n{extra}")
-    app = service.render_application(load_service(path), checkpoint="/c", token_sha256=DIGEST)
+    app = service.render_application(load_service(path), checkpoint="/c", token_sha256=DIGEST,
+                                     demo_sha256=DEMO_DIGEST)
     return app["deployments"][0]["user_config"]
 
 
 def test_the_page_is_asked_for_and_off_by_default(tmp_path, capsys):
-    assert user_config(tmp_path, "demo: true\n")["demo"] is True
+    on = user_config(tmp_path, "demo: true\n")
+    assert on["demo"] is True and on["demo_sha256"] == DEMO_DIGEST
     for off in ("", "demo: false\n"):   # off: the config as before, nothing redeployed
         assert "demo" not in user_config(tmp_path, off)
+        assert "demo_sha256" not in user_config(tmp_path, off)
     (tmp_path / "bad.yaml").write_text("name: svc\nmodel: {run: run}\ndemo: yes please\n")
     assert main(["validate", str(tmp_path / "bad.yaml")]) == 1
     err = capsys.readouterr().err
     assert "bad.yaml:3" in err and "demo" in err
+    # at the root, the page's cookie would go to every web app on this host
+    (tmp_path / "root.yaml").write_text("name: svc\nmodel: {run: run}\nroute_prefix: /\n"
+                                        "demo: true\n")
+    assert main(["validate", str(tmp_path / "root.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "root.yaml:3" in err and "route_prefix" in err and "demo page" in err
+    (tmp_path / "root.yaml").write_text("name: svc\nmodel: {run: run}\nroute_prefix: /\n")
+    assert main(["validate", str(tmp_path / "root.yaml")]) == 0
 
 
-def test_the_cookie_carries_the_token_and_is_for_the_route_only():
-    header = demo_page.cookie_header("s3cret", "/cancer")
-    assert "s3cret" not in header   # base64url: any token is a valid cookie value
-    assert "; Path=/cancer; HttpOnly; SameSite=Strict" in header
+def test_the_cookie_carries_the_pages_secret_for_the_page_only():
+    header = demo_page.cookie_header(SECRET, "/cancer")
+    assert header == f"orchestrate-demo={SECRET}; Path=/cancer/demo; HttpOnly; SameSite=Strict"
     assert "Max-Age" not in header and "Expires" not in header and "Domain" not in header
-    assert demo_page.cookie_tokens(f"a=1; {cookie('s3cret')}; b=2") == ["s3cret"]
+    assert demo_page.cookie_secrets(f"a=1; {cookie(SECRET)}; b=2") == [SECRET]
     # two services on nested routes: the browser sends both
-    assert demo_page.cookie_tokens(f"{cookie('one')}; {cookie('two')}") == ["one", "two"]
-    assert demo_page.cookie_tokens(f"{demo_page.COOKIE}=%%%; other=x") == []
-    assert demo_page.cookie_tokens(None) == []
+    assert demo_page.cookie_secrets(f"{cookie('1' * 32)}; {cookie('2' * 32)}") == \
+        ["1" * 32, "2" * 32]
+    assert demo_page.cookie_secrets(f"{demo_page.COOKIE}=%%%; other=x") == []
+    assert demo_page.cookie_secrets(None) == []
 
 
 def test_who_the_cookie_lets_in():
-    signed_in = {"cookie": cookie("s3cret")}
+    signed_in = {"cookie": cookie(SECRET)}
     script = {**signed_in, demo_page.HEADER: "1"}
-    assert authorized({"authorization": "Bearer s3cret"}, ON)
-    assert authorized(signed_in, ON, page=True)              # the page: a navigation
-    assert authorized(script, ON)                            # its script's requests
-    assert not authorized(signed_in, ON)   # an API request with the cookie alone: another
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    assert authorized(bearer, ON) and demo_authorized(bearer, ON)
+    assert demo_authorized(signed_in, ON, page=True)          # the page: a navigation
+    assert demo_authorized(script, ON)                        # its script's predict
+    assert not demo_authorized(signed_in, ON)   # its predict with the cookie alone: another
     # origin's form or script could make it (SameSite does not tell ports apart)
-    assert not authorized({"cookie": cookie("wrong"), demo_page.HEADER: "1"}, ON, page=True)
+    assert not authorized(script, ON)           # the API takes the token only
+    assert not authorized({"authorization": f"Bearer {SECRET}"}, ON)   # the secret is no token
+    assert not demo_authorized({"authorization": f"Bearer {SECRET}"}, ON, page=True)
+    assert not demo_authorized({"cookie": cookie("e" * 64), demo_page.HEADER: "1"}, ON,
+                               page=True)
+    again = {**ON, "demo_sha256": hashlib.sha256(b"another secret").hexdigest()}
+    assert not demo_authorized(script, again, page=True)   # served again with a new secret
     off = {**ON, "demo": False}   # with the page off, the cookie is worth nothing
-    assert not authorized(script, off) and not authorized(signed_in, off, page=True)
-    assert authorized({"authorization": "Bearer s3cret"}, off)
-    assert authorized({}, {"auth": "none", "demo": True}, page=True)
-    assert not authorized(script, {"demo": True})           # fails closed, as the token check
+    assert not demo_authorized(script, off) and not demo_authorized(signed_in, off, page=True)
+    assert authorized(bearer, off) and not demo_authorized(bearer, off, page=True)
+    assert demo_authorized({}, {"auth": "none", "demo": True}, page=True)
+    assert not demo_authorized(script, {"demo": True})     # fails closed, as the token check
+    assert not demo_authorized(script, {**ON, "demo_sha256": None}, page=True)
+    # a cookie holding the API token itself (as before) lets no one in
+    assert not demo_authorized({"cookie": cookie(TOKEN), demo_page.HEADER: "1"}, ON, page=True)
 
 
 def test_the_page_holds_the_card_and_nothing_runs_but_its_own_script():
@@ -92,6 +116,8 @@ def test_the_page_holds_the_card_and_nothing_runs_but_its_own_script():
     assert data["columns"] == [{"name": "a", "kind": "integer", "example": 3},
                                {"name": "b", "kind": "number", "example": None}]
     assert data["checkpoint"] == "checkpoint_000004" and not data["image"]
+    assert "const row = Object.create(null);" in text   # a column named __proto__ is kept
+    assert 'fetch(location.pathname.replace(/[/]+$/, "") + "/predict"' in text   # demo/predict
     assert not re.search(r"(src|href)=|//|@import|url\(", re.sub(r"\n\s*//[^\n]*|\s//[^\n]*",
                                                                   "", text))   # no asset at all
     policy = demo_page.security_headers("N0NCE")["Content-Security-Policy"]
@@ -118,19 +144,78 @@ def test_the_card_keeps_the_first_row_and_the_kinds(tmp_path):
     assert example_row(gone, ["a"]) == (None, {})   # optional: the card is written without
     numpy = {"datasets": {"train": {"format": "numpy", "path": str(tmp_path)}}}
     assert example_row(numpy, ["a"]) == (None, {})
+    # read with options (a ';' CSV): this reader would read another row; none rather than wrong
+    frame.to_csv(tmp_path / "semi.csv", index=False, sep=";")
+    semi = {"datasets": {"train": {"format": "csv", "path": str(tmp_path / "semi.csv"),
+                                   "read_options": {"parse_options": {"delimiter": ";"}}}}}
+    assert example_row(semi, ["a", "b"]) == (None, {})
 
 
-class StandIn(http.server.BaseHTTPRequestHandler):
-    """A service's `POST {route}/sign-in` as `workload.serving` answers it, or not."""
-    answer: tuple[int, str | None] = (204, None)
+def served(state, name: str = "svc", *, auth: bool = True) -> None:
+    """A service recorded as `orchestrate serve` leaves it, with its secrets."""
+    state.store.record_service(name, {"cluster": None, "file": "/svc.yaml", "auth": auth,
+                                      "url": f"http://127.0.0.1:1/{name}", "demo": True,
+                                      "route_prefix": f"/{name}", "checkpoint": "/c"})
+    if auth:
+        state.secrets.ensure(service_key(name))
+        state.secrets.ensure(demo_key(name))
 
-    def do_POST(self) -> None:  # noqa: N802
-        status, header = self.answer
-        if self.headers.get("Authorization") != "Bearer s3cret":
-            status, header = 401, None
+
+def test_the_sign_in_link_sets_the_pages_cookie_and_no_token(state):
+    served(state)
+    secret, token = state.secrets.read(demo_key("svc")), state.secrets.read(service_key("svc"))
+    base = "http://127.0.0.1:1"
+    with SignIn(base, "", landing="/svc/demo", command="orchestrate demo svc",
+                cookie=lambda: serve_demo.demo_cookie("svc", state)) as signin:
+        opener = urllib.request.build_opener(NoRedirect())
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            opener.open(signin.url, timeout=10)
+        assert answer.value.code == 303
+        assert answer.value.headers["Location"] == base + "/svc/demo"
+        header = answer.value.headers["Set-Cookie"]
+        assert header == demo_page.cookie_header(secret, "/svc") and token not in header
+        with pytest.raises(urllib.error.HTTPError) as again:
+            opener.open(signin.url, timeout=10)
+        assert again.value.code == 410 and b"orchestrate demo svc" in again.value.read()
+
+
+def test_a_sign_in_whose_service_is_gone_answers_a_page(state):
+    """The cookie is made when the link is opened: a service unserved meanwhile (its record
+    and secret gone) is a 502 page for the browser, not a traceback in the terminal."""
+    served(state)
+    with SignIn("http://127.0.0.1:1", "", landing="/svc/demo", command="orchestrate demo svc",
+                cookie=lambda: serve_demo.demo_cookie("svc", state)) as signin:
+        state.store.forget_service("svc")
+        with pytest.raises(urllib.error.HTTPError) as answer:
+            urllib.request.build_opener(NoRedirect()).open(signin.url, timeout=10)
+        assert answer.value.code == 502
+        assert b"Could not sign in: no service 'svc'" in answer.value.read()
+        assert "Set-Cookie" not in answer.value.headers
+        assert not signin.spent
+
+
+def test_a_lost_secret_is_an_error_not_an_open_page(state, capsys):
+    served(state)
+    state.secrets.remove(demo_key("svc"))
+    state.secrets.remove(service_key("svc"))
+    with pytest.raises(ServeError, match="secret of svc kept on this machine is gone") as lost:
+        serve_demo.demo_cookie("svc", state)
+    assert "orchestrate serve" in (lost.value.hint or "")
+    assert main(["demo", "svc", "--no-browser"]) == 1
+    err = capsys.readouterr().err
+    assert "is gone" in err and "Traceback" not in err
+
+
+class Health(http.server.BaseHTTPRequestHandler):
+    """A service's `/healthz`: the scripted answers in turn, then 404 (unserved)."""
+    answers: list[int] = []
+    asked = 0
+
+    def do_GET(self) -> None:  # noqa: N802
+        cls = type(self)
+        cls.asked += 1
+        status = cls.answers.pop(0) if cls.answers else 404
         self.send_response(status)
-        if header:
-            self.send_header("Set-Cookie", header)
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -138,47 +223,20 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         return
 
 
-@pytest.fixture
-def stand_in():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
+def test_demo_holds_on_through_a_blip_and_gives_up_on_a_gone_service():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    Health.answers, Health.asked = [200, 503, 503, 503, 200, 502, 200], 0
     try:
-        yield server, f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(ServeError, match="stopped answering"):
+            serve_demo._hold(f"http://127.0.0.1:{server.server_address[1]}", every=0.01,
+                             give_up=0.3)
     finally:
         server.shutdown()
         server.server_close()
         thread.join(5)
-
-
-def test_the_sign_in_link_hands_on_the_services_cookie(stand_in):
-    server, base = stand_in
-    good = demo_page.cookie_header("s3cret", "/svc")
-    server.RequestHandlerClass.answer = (204, good)
-    assert service_cookie(base, "/svc", "s3cret") == good
-    with pytest.raises(ServeError, match="refused the recorded token"):
-        service_cookie(base, "/svc", "wrong")
-    for bad in ("orchestrate-service-token=x; Path=/svc",                 # not HttpOnly
-                "orchestrate-service-token=x; Domain=example.com; HttpOnly", "other=x; HttpOnly"):
-        server.RequestHandlerClass.answer = (204, bad)
-        with pytest.raises(ServeError, match="unexpected cookie"):
-            service_cookie(base, "/svc", "s3cret")
-    server.RequestHandlerClass.answer = (404, None)
-    with pytest.raises(ServeError, match="serves no demo page"):
-        service_cookie(base, "/svc", "s3cret")
-
-    server.RequestHandlerClass.answer = (204, good)
-    with SignIn(base, "s3cret", landing="/svc/demo", command="orchestrate demo svc",
-                cookie=lambda: service_cookie(base, "/svc", "s3cret")) as signin:
-        opener = urllib.request.build_opener(NoRedirect())
-        with pytest.raises(urllib.error.HTTPError) as answer:
-            opener.open(signin.url, timeout=10)
-        assert answer.value.code == 303
-        assert answer.value.headers["Location"] == base + "/svc/demo"
-        assert answer.value.headers["Set-Cookie"] == good
-        with pytest.raises(urllib.error.HTTPError) as again:
-            opener.open(signin.url, timeout=10)
-        assert again.value.code == 410 and b"orchestrate demo svc" in again.value.read()
+    assert Health.asked > 8   # every scripted answer asked, then a run of 404s
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from orchestrator.cli import main
-from orchestrator.state import State
+from orchestrator.state import State, demo_key
+from orchestrator.workload.demo_page import HEADER
 
 from .demo_browser import answered, refused, same_answer, screenshot, signed_in, status_of
 from .test_predict import card_of
@@ -83,6 +84,10 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     with urllib.request.urlopen(request, timeout=30) as response:
         deployed = response.read().decode()
     assert token not in deployed and hashlib.sha256(token.encode()).hexdigest() in deployed
+    demo_file = State.here().secrets.path(demo_key("cancer"))   # the page's own secret, likewise
+    secret = demo_file.read_text().strip()
+    assert stat.S_IMODE(demo_file.stat().st_mode) == 0o600 and secret != token
+    assert secret not in deployed and hashlib.sha256(secret.encode()).hexdigest() in deployed
 
     data = path.parent / "data" / "breast_cancer.csv"
     frame = pd.read_csv(data)
@@ -113,7 +118,7 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     assert max(abs(a - b) for a, b in zip(served_probabilities, expected, strict=True)) < 1e-6
     assert [p["prediction"] for p in answer["predictions"]] == [int(v > 0.5) for v in expected]
 
-    check_table_page(url, token, card, frame, tmp_path)
+    check_table_page(url, token, secret, card, frame, tmp_path)
 
     # unchanged: nothing is deployed again
     code, again, err = serve_json(capsys, service)
@@ -142,7 +147,9 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     assert Counter(codes) == Counter({200: len(codes)})
     # the new file asks for no page: none served (its routes answer as any unknown one)
     assert status_of(url + "/demo") == 404
-    assert status_of(url + "/sign-in", {"Authorization": f"Bearer {token}"}, method="POST") == 404
+    page_cookie = {"Cookie": f"orchestrate-demo={secret}", HEADER: "1"}
+    assert status_of(url + "/demo/predict", page_cookie, method="POST") == 404
+    assert not demo_file.exists()   # on again: a new secret, the old cookie lets no one in
     status, metadata = call(url + "/metadata", token=token)
     assert status == 200 and metadata["checkpoint"] == checkpoints[0]
     assert metadata["features"] == features
@@ -172,7 +179,7 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     assert main(["unserve", "cancer"]) == 0  # again: nothing to remove, not an error
 
 
-def check_table_page(url: str, token: str, card: dict, frame: pd.DataFrame,
+def check_table_page(url: str, token: str, secret: str, card: dict, frame: pd.DataFrame,
                      tmp_path: Path) -> None:
     """The demo page in Chromium: a form of the card's columns prefilled from its example row
     (the train split's first); another row typed in shows what `POST predict` answers for it;
@@ -181,13 +188,16 @@ def check_table_page(url: str, token: str, card: dict, frame: pd.DataFrame,
     first = frame.iloc[0]
     assert card["example"] == {c: first[c].item() for c in features}
     assert card["column_kinds"] == dict.fromkeys(features, "number")
-    # the page's script asks with the cookie and its header; the cookie alone does not do
-    sign_in = urllib.request.Request(url + "/sign-in", data=b"", method="POST",
-                                     headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(sign_in, timeout=30) as answer:
-        cookie = answer.headers["Set-Cookie"].split(";")[0]
-    assert status_of(url + "/predict", {"Cookie": cookie}, method="POST") == 401
-    assert status_of(url + "/sign-in", {"Authorization": "Bearer wrong"}, method="POST") == 401
+    # the page's script asks its predict with the cookie and its header; the cookie alone does
+    # not do, nor does it open the API, nor is the page's secret a token
+    cookie = {"Cookie": f"orchestrate-demo={secret}"}
+    # (in, and refused for its body only: `[]` has none of the columns)
+    assert status_of(url + "/demo/predict", {**cookie, HEADER: "1"}, method="POST") == 400
+    assert status_of(url + "/demo/predict", cookie, method="POST") == 401
+    assert status_of(url + "/predict", {**cookie, HEADER: "1"}, method="POST") == 401
+    assert status_of(url + "/metadata", {**cookie, HEADER: "1"}) == 401
+    assert status_of(url + "/predict", {"Authorization": f"Bearer {secret}"}, method="POST") == 401
+    assert status_of(url + "/sign-in", {"Authorization": f"Bearer {token}"}, method="POST") == 404
 
     with signed_in("cancer", token, tmp_path / "profile-a") as (driver, report):
         assert report["url"] == url + "/demo"
