@@ -97,7 +97,10 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
             idle_machine.ray_processes(), uptime_machine.ray_processes())
 
         # `status` says why, read from the head's watcher (Ray no longer answers).
+        # (the watcher writes why once the takedown is over: asked until it has)
         for handle, reason in ((idle, "idle for 0.25 min"), (uptime, "max uptime 1 min reached")):
+            assert until(lambda h=handle: status_of(h)["autostop"].get("stopped_at") is not None,
+                         timeout=60), status_of(handle)
             row = status_of(handle)
             assert row["live"]["reachable"] is False
             assert row["autostop"]["reason"] == reason, row["autostop"]
