@@ -59,3 +59,18 @@ def test_a_port_asked_for_and_taken_is_refused_before_ssh_starts(sshd, tmp_path)
             head.forward(auth, sshd["hosts"][0], 1, timeout=20, local_port=other.port):
         pass
     assert ssh_children() == [] and other.received == b""
+
+
+def test_a_port_nothing_listens_on_is_said_without_waiting_out_the_timeout(sshd):  # noqa: F811
+    """A head whose Ray stopped (autostop, a crash): ssh connects, the head refuses every
+    connection to the dashboard's port. The forward says so after a few refusals, rather than
+    trying until its timeout (the old wait ended there, saying only that the forward did not
+    work)."""
+    from orchestrator.errors import ClusterError
+
+    auth = {"ssh_user": "root", "ssh_private_key": str(sshd["key"])}
+    nothing = ports.free_port()
+    with pytest.raises(ClusterError, match=f"nothing listens on 127.0.0.1:{nothing} on the head"), \
+            head.forward(auth, sshd["hosts"][0], nothing, timeout=60):
+        pass
+    assert ssh_children() == []

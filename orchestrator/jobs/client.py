@@ -43,6 +43,9 @@ class JobsClient:
         # what an ended job's info and log are: they change no more, so they are asked once
         self._ended_info: dict[str, Any] = {}
         self._ended_logs: dict[str, str] = {}
+        # when the head last answered while a job was followed: silence is counted from then,
+        # by every check at once (one that started late does not count it again)
+        self._answered = time.monotonic()
         self._queued: set[str] = set()   # jobs last seen PENDING: asked about less often
 
     def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -191,6 +194,7 @@ class JobsClient:
 
         `on_quiet(seconds)`: called when no log line has come for QUIET_AFTER seconds, then
         again after twice as long each time (a run stuck without progress is reported)."""
+        self._answered = time.monotonic()
         received = [0]   # characters of the log the stream has handed over
         pending = [""]   # of them, the start of a line not yet ended
 
@@ -279,6 +283,7 @@ class JobsClient:
                             self.endpoint.token, timeout=PROBE_EVERY)
         except HttpError:
             return False
+        self._answered = time.monotonic()
         status = info.get("status") if isinstance(info, dict) else None
         if status == "PENDING":
             self._queued.add(job_id)
@@ -287,7 +292,8 @@ class JobsClient:
         return status in TERMINAL
 
     def _check_alive(self) -> None:
-        """Return once the head answers; JobError if it has not for LOST_AFTER seconds."""
+        """Return once the head answers; JobError once it has not for LOST_AFTER seconds since
+        it last did (asked at least once more here)."""
         from ..util.http import HttpError, get_json
 
         def answers() -> bool | None:
@@ -295,10 +301,13 @@ class JobsClient:
                 get_json(self.endpoint.address, "/api/version", self.endpoint.token,
                          timeout=PROBE_EVERY)
             except HttpError as exc:
-                return True if exc.status is not None else None   # it answered, with an error
+                if exc.status is None:
+                    return None
+            self._answered = time.monotonic()   # it answered (an error is an answer too)
             return True
 
-        if poll(answers, timeout=LOST_AFTER, interval=1) is None:
+        left = LOST_AFTER - (time.monotonic() - self._answered)
+        if poll(answers, timeout=max(0.0, left), interval=1) is None:
             raise JobError(f"lost {self.endpoint.label}: its head at {self.endpoint.address} "
                            f"has not answered for {LOST_AFTER:.0f} s",
                            hint="the cluster is unreachable (see `orchestrate status`); the job "

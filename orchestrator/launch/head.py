@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
@@ -73,7 +74,10 @@ def forward(auth: Mapping[str, Any], head_ip: str, remote_port: int, *, timeout:
         raise ClusterError(f"local port {local_port} is taken on this machine",
                            hint="choose another with --port, or leave --port out for a free one")\
             from None
-    command[1:1] = ["-N", "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindMask=0177",
+    # LogLevel INFO (ssh keeps the first value given): ssh then says on stderr when the head
+    # refuses a connection through the forward (`_wait_forward` reads it)
+    command[1:1] = ["-N", "-o", "LogLevel=INFO", "-o", "ExitOnForwardFailure=yes",
+                    "-o", "StreamLocalBindMask=0177",
                     "-L", f"{socket_path}:{remote_host}:{remote_port}"]
     try:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -87,7 +91,8 @@ def forward(auth: Mapping[str, Any], head_ip: str, remote_port: int, *, timeout:
         watch.append(process)
     try:
         relay.start()
-        _wait_forward(process, socket_path, relay.port, head_ip, timeout)
+        _wait_forward(process, socket_path, relay.port, head_ip, timeout,
+                      f"{remote_host}:{remote_port}")
         yield relay.port
     finally:
         relay.close()
@@ -97,17 +102,55 @@ def forward(auth: Mapping[str, Any], head_ip: str, remote_port: int, *, timeout:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+# A far end that refuses connections this long (ssh up, its socket there, every connection
+# through it refused on the head: nothing listens on that port) is not waited for any longer.
+# A dashboard listens by the time `ray start` returns (Ray waits for its address), so this is a
+# Ray that stopped, not one still starting; the grace covers a restart in progress.
+REFUSED_FOR_S = 3.0
+_REFUSED = "open failed: connect failed: Connection refused"
+
+
 def _wait_forward(process: subprocess.Popen[str], socket_path: str, port: int, head_ip: str,
-                  timeout: float) -> None:
-    """Until ssh listens on its socket and what it reaches answers HTTP through the relay."""
+                  timeout: float, remote: str = "") -> None:
+    """Until ssh listens on its socket and what it reaches answers HTTP through the relay;
+    ClusterError at `timeout`, or sooner once the head has refused every connection for
+    REFUSED_FOR_S (ssh says so on its stderr, read here without blocking)."""
+    said: list[str] = []
+    refused: list[float] = []   # when the first and the last refusal of the current run were seen
+    if process.stderr is not None:
+        os.set_blocking(process.stderr.fileno(), False)
+
+    def refused_now() -> bool:
+        """Whether ssh said, since last asked, that the head refused a connection."""
+        try:
+            chunk = os.read(process.stderr.fileno(), 65536) if process.stderr else b""
+        except OSError:   # BlockingIOError: nothing new
+            chunk = b""
+        said.append(chunk.decode(errors="replace"))
+        return _REFUSED in said[-1]
+
     def ready() -> bool | None:
         if process.poll() is not None:
-            error = (process.stderr.read() if process.stderr else "").strip().splitlines()
+            if process.stderr is not None:
+                os.set_blocking(process.stderr.fileno(), True)
+            error = ("".join(said) + (process.stderr.read() if process.stderr else "")) \
+                .strip().splitlines()
             raise ClusterError(f"could not open an SSH port forward to the head {head_ip}: "
                                f"{error[-1] if error else f'ssh exited with {process.returncode}'}")
         if not os.path.exists(socket_path):
             return None
-        return True if http.answers(f"http://127.0.0.1:{port}") else None
+        if http.answers(f"http://127.0.0.1:{port}"):
+            return True
+        now = time.monotonic()
+        if refused_now():
+            refused[:] = [refused[0] if refused else now, now]
+        if refused and now - refused[1] > 1.5:   # a try that was not refused: a new run
+            refused.clear()
+        if refused and refused[1] - refused[0] >= REFUSED_FOR_S:
+            raise ClusterError(f"nothing listens on {remote or 'the port'} on the head "
+                               f"{head_ip}: it refused every connection for "
+                               f"{REFUSED_FOR_S:.0f} s (is Ray running there?)")
+        return None
 
     if poll(ready, timeout=timeout, interval=0.2) is None:
         raise ClusterError(f"the SSH port forward to the head {head_ip} did not work within "
