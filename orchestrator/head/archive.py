@@ -14,7 +14,7 @@ launcher then copies to its machine. One archive is
                         last JOB_LOG_CAP bytes; newest jobs first, JOB_LOGS_BUDGET in all
         session/...     Ray's session log files, newest first, at most SESSION_BUDGET bytes;
                         never runtime_env*.log (the runtime envs, env var values too),
-                        nor the job-driver-<id>.log of a job saved under jobs/
+                        nor the job-driver-<id>.log of a job in jobs.json (capped in jobs/)
         README          what the archive holds, and what was cut or left out
         stopped.json    {"reason", "at", **details}
 
@@ -43,7 +43,6 @@ SESSION_LOGS = "/tmp/ray/session_latest/logs"
 SESSION_BUDGET = 50 * 1024 * 1024          # bytes of session logs kept, newest files first
 JOB_LOG_CAP = 10 * 1024 * 1024             # bytes kept of one driver log: its end
 JOB_LOGS_BUDGET = 100 * 1024 * 1024        # bytes of driver logs in all, newest jobs first
-# Session logs never archived: Ray's runtime env agent logs each runtime env, env vars' values too
 # The runtime env agent's own log and its per-job runtime_env_setup-<job>.log: both may print
 # a job's runtime_env, env var values with it (Ray's conda plugin at INFO, pip and uv at DEBUG).
 SECRET_LOGS = re.compile(r"runtime_env.*")
@@ -169,7 +168,8 @@ def public(job: dict[str, Any]) -> dict[str, Any]:
 def session_files(folder: str, budget: int, skip: frozenset[str] = frozenset()
                   ) -> tuple[list[Path], list[tuple[Path, int]]]:
     """Ray's session log files, newest first, as many as fit in `budget` bytes; and those
-    left out with their sizes. Never the runtime env agent's logs, nor files named in `skip`."""
+    left out with their sizes. Never runtime_env*.log (SECRET_LOGS), nor files named in
+    `skip`."""
     root = Path(folder)
     found: list[tuple[float, int, Path]] = []
     for path in root.rglob("*") if root.is_dir() else []:
@@ -238,9 +238,9 @@ def build(staging: Path, jobs: list[dict[str, Any]], logs: dict[str, str], *, re
 
 
 def job_logs(folder: Path, jobs: list[dict[str, Any]], logs: dict[str, str],
-             notes: list[str], cap: int | None = None, budget: int | None = None) -> set[str]:
+             notes: list[str], cap: int | None = None, budget: int | None = None) -> None:
     """Write the driver logs, newest jobs first: each its last `cap` bytes, `budget` bytes in
-    all; what was cut or left out goes to `notes`. The ids written."""
+    all; what was cut or left out goes to `notes`."""
     cap = JOB_LOG_CAP if cap is None else cap
     budget = JOB_LOGS_BUDGET if budget is None else budget
     started = {str(job.get("submission_id")): job.get("start_time") for job in jobs}
@@ -249,7 +249,6 @@ def job_logs(folder: Path, jobs: list[dict[str, Any]], logs: dict[str, str],
         start = started.get(job_id)
         return (-start if isinstance(start, (int, float)) else 0.0, job_id)
 
-    saved: set[str] = set()
     total = 0
     for job_id in sorted(logs, key=newest_first):
         if not _SAFE_ID.fullmatch(job_id):
@@ -267,8 +266,6 @@ def job_logs(folder: Path, jobs: list[dict[str, Any]], logs: dict[str, str],
             continue
         (folder / f"{job_id}.log").write_bytes(data)
         total += len(data)
-        saved.add(job_id)
-    return saved
 
 
 def publish(staging: Path, target: str) -> None:

@@ -221,13 +221,15 @@ def serve_apps(port: int, timeout: float = 10) -> int:
 def activity(config: dict[str, Any], rules: Settings, since: float | None = None) -> list[str]:
     """What keeps the head busy now, or did since `since` (a job), said plainly (empty: idle)."""
     port, found = dashboard_port(config), list[str]()
-    for what, count in (("job(s)", busy_jobs), ("Serve application(s)", serve_apps)):
+    asks: tuple[tuple[str, str, Callable[[], int]], ...] = (
+        ("job(s)", "job API", lambda: busy_jobs(port, since=since)),
+        ("Serve application(s)", "Serve API", lambda: serve_apps(port)))
+    for what, api, count in asks:
         try:
-            number = busy_jobs(port, since=since) if count is busy_jobs else count(port)
+            number = count()
             if number:
                 found.append(f"{number} {what}")
         except (OSError, ValueError) as exc:
-            api = "job API" if count is busy_jobs else "Serve API"
             found.append(f"{api} did not answer ({exc})")
     if not rules.ignore_ssh_sessions:
         terminals = ssh_terminals()

@@ -252,13 +252,20 @@ def test_a_max_uptime_stop_goes_ahead_whatever_runs(head_home, job_api, stops, m
     assert stops["down"] == ["max uptime 1 min reached"] and memory["ended"]
 
 
-def test_a_failed_takedown_is_said_and_tried_again_later_even_with_ray_stopped(
-        head_home, job_api, stops, monkeypatch):
-    write_config(head_home, job_api, {"idle_minutes": 1})
+def failed_once(home: Path, port: int, stops: dict) -> dict:
+    """An idle stop whose first takedown fails (the next fails too, the third succeeds): the
+    watcher's memory after it."""
+    write_config(home, port, {"idle_minutes": 1})
     stops["ok"] = [False, False, True]
     memory: dict = {}
     autostop.poll_once(memory, now=T0, log=print)
     autostop.poll_once(memory, now=T0 + 60, log=print)
+    return memory
+
+
+def test_a_failed_takedown_is_said_and_tried_again_later_even_with_ray_stopped(
+        head_home, job_api, stops, monkeypatch):
+    memory = failed_once(head_home, job_api, stops)
     status = json.loads(autostop.STATUS_FILE.read_text())
     assert status["state"] == "takedown-failed" and not memory.get("ended")
     assert status["error"] == "ray stop on 10.0.0.2 failed (255): refused"
@@ -415,11 +422,7 @@ def test_status_summary_of_the_watchers_file():
 
 def test_a_failed_takedown_backs_off_while_ray_runs_and_is_given_up_when_the_head_is_used_again(
         head_home, job_api, stops, monkeypatch):
-    write_config(head_home, job_api, {"idle_minutes": 1})
-    stops["ok"] = [False, False, True]
-    memory: dict = {}
-    autostop.poll_once(memory, now=T0, log=print)
-    autostop.poll_once(memory, now=T0 + 60, log=print)    # fails before Ray was stopped
+    memory = failed_once(head_home, job_api, stops)      # fails before Ray was stopped
     assert len(stops["down"]) == 1
     autostop.poll_once(memory, now=T0 + 70, log=print)    # still idle: waits for its backoff
     status = json.loads(autostop.STATUS_FILE.read_text())
