@@ -92,7 +92,7 @@ def up(spec: ClusterSpec, state: State, options: UpOptions, progress: Progress,
         plan = plan_cluster(rendered, recorded, live)
         if plan.action is Action.NOOP:
             assert recorded is not None
-            _ensure_watcher(recorded.record, rendered.config, state, progress)
+            _tell_watcher(recorded.record, rendered.config, state, progress, changed=False)
             return UpResult(recorded.record, plan, live)
         if options.preflight:
             try:
@@ -167,30 +167,32 @@ def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | Non
     record.address = None if record.tunneled else \
         f"http://{record.head_ip}:{record.dashboard_port}"
     state.store.write_cluster(record)
-    if in_place:   # no start command ran: a watcher that died is not back by itself
-        _ensure_watcher(record, rendered.config, state, progress)
     health = _wait_nodes(record, rendered, state, options.wait_timeout,
                          progress) if options.wait else None
+    _tell_watcher(record, rendered.config, state, progress, changed=True)
     return UpResult(record, plan, health)
 
 
-def _ensure_watcher(record: ClusterRecord, config: dict[str, Any], state: State,
-                    progress: Progress) -> None:
-    """The head's autostop watcher started again when it is not running (a second one exits at
-    once: the first holds a lock), for an `up` that restarts nothing. A failure is a warning:
+def _tell_watcher(record: ClusterRecord, config: dict[str, Any], state: State,
+                  progress: Progress, *, changed: bool) -> None:
+    """At the end of an `up`, on a head with autostop: after a change, touch the file from
+    which the watcher's idle clock starts (head/autostop.py up_activity: setup is not idle
+    time); and start the watcher when it is not running, for an `up` whose start commands did
+    not run (a second watcher exits at once: the first holds a lock). A failure is a warning:
     the cluster is up all the same, and `status` says when the watcher is silent."""
     import shlex
 
     from .. import cluster_settings
-    from ..render.cluster import WATCHER_START
+    from ..render.cluster import REMOTE_HOME, WATCHER_START
 
     if cluster_settings.autostop(config) is None or record.head_ip is None:
         return
+    touch = f"mkdir -p {REMOTE_HOME} && touch {REMOTE_HOME}/up-done && " if changed else ""
     try:   # a login shell, as Ray's launcher runs the start commands: `ray` on its PATH
-        launch.backend(record, state).output(record, f"bash --login -c {shlex.quote(WATCHER_START)}",
-                                             timeout=30)
+        launch.backend(record, state).output(
+            record, f"bash --login -c {shlex.quote(touch + WATCHER_START)}", timeout=30)
     except ClusterError as exc:
-        progress(f"warning: the autostop watcher could not be checked on the head: {exc.message}")
+        progress(f"warning: the autostop watcher could not be told on the head: {exc.message}")
 
 
 def tear_down(name: str, state: State, progress: Progress, *,

@@ -42,10 +42,12 @@ FOLDER = Path.home() / ".orchestrate"
 STATUS_FILE = FOLDER / "autostop.json"
 LOG_FILE = FOLDER / "autostop.log"
 LOCK_FILE = FOLDER / "autostop.lock"
+UP_FILE = FOLDER / "up-done"      # touched by `orchestrate up` when it has changed the cluster
 BOOTSTRAP = Path.home() / "ray_bootstrap_config.yaml"
 TOKEN_FILE = Path.home() / ".ray" / "auth_token"
 POLL_SECONDS = float(os.environ.get("ORCHESTRATE_AUTOSTOP_POLL_S", "10"))
 BUSY_STATES = ("RUNNING", "PENDING")
+UP_GRACE_S = 30 * 60.0      # an `up` not finished this long after Ray started: idle counts
 RETRY_FIRST_S = 60.0        # a failed takedown is tried again after 1, 2, 4 ... minutes,
 RETRY_MAX_S = 15 * 60.0     # at most 15 apart
 SERVE_NOT_INSTALLED = 501   # Ray 2.60's Serve API without ray[serve]: no Serve can be running
@@ -238,6 +240,22 @@ def activity(config: dict[str, Any], rules: Settings, since: float | None = None
     return found
 
 
+def up_activity(started: float, *, now: float, since: float | None,
+                path: Path | None = None) -> list[str]:
+    """The idle clock starts when `orchestrate up` finishes, not when Ray starts: workers
+    joining and setup commands are not idleness. `up` touches UP_FILE at its end, after any
+    change (never when it changed nothing); a file older than this Ray means an `up` still
+    running, for at most UP_GRACE_S (an `up` that failed half-way must not keep a cluster for
+    ever). A touch since `since` restarts the idle clock."""
+    try:
+        done = (path or UP_FILE).stat().st_mtime
+    except OSError:
+        done = None
+    if done is None or done < started - 1:   # /proc's boot time is whole seconds
+        return ["`orchestrate up` not finished"] if now - started < UP_GRACE_S else []
+    return ["`orchestrate up` ran"] if since is not None and done > since else []
+
+
 # --- the loop ---------------------------------------------------------------------------------
 
 def write_status(status: dict[str, Any], path: Path | None = None) -> None:
@@ -357,7 +375,8 @@ def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None
         memory["idle_since"] = None
         write_status({"state": "ray-stopped", "settings": rules.as_dict(), "checked_at": now})
         return None
-    busy_now = activity(config, rules, since=memory.get("idle_since"))
+    since = memory.get("idle_since")
+    busy_now = activity(config, rules, since=since) + up_activity(started, now=now, since=since)
     verdict = decide(rules, now=now, busy=bool(busy_now), idle_since=memory.get("idle_since"),
                      started=started)
     memory["idle_since"] = verdict.idle_since
@@ -379,7 +398,8 @@ def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None
         log(f"autostop: {reason}; archiving the logs, then taking the cluster down")
         archive_logs(config, reason, {**status, "reason": reason}, log)
         if verdict.limit == "idle":   # archiving takes minutes: still idle?
-            busy_now = activity(config, rules, since=now)
+            busy_now = activity(config, rules, since=now) + up_activity(started, now=now,
+                                                                         since=now)
             if busy_now:
                 log(f"autostop abandoned: {', '.join(busy_now)} after archiving; the idle "
                     "clock starts again")

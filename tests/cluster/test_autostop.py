@@ -60,7 +60,7 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
     uptime_machine = make_machine(count=1, options={1: FAST_POLL})
     handles = []
     try:
-        # Each cluster gets its job as soon as it is up (the idle clock runs from then): one
+        # Each cluster gets its job as soon as it is up (the idle clock starts when `up` ends): one
         # that outlives the uptime limit, and one longer than the idle limit.
         def up(machine, name, autostop, entrypoint, **archive):
             handle = launch(machine, tmp_path / name, f"{name}-{machine.name}", autostop=autostop,
@@ -78,8 +78,13 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
             (idle, busy), (uptime, forever) = idle_up.result(), uptime_up.result()
         assert until(lambda: job_status(idle, busy) == "RUNNING", timeout=60)
         # `status` shows the watcher's view: busy (no idle time), the uptime limit counting.
-        assert until(lambda: status_of(idle)["autostop"].get("state") == "watching", timeout=30)
-        row = status_of(idle)["autostop"]
+        seen: list[dict] = []
+
+        def watching() -> bool:
+            seen.append(status_of(idle)["autostop"])
+            return seen[-1].get("state") == "watching"
+        assert until(watching, timeout=30), seen[-3:]
+        row = seen[-1]
         assert row["idle_seconds"] is None and row["limit"] is None, row
         row = status_of(uptime)["autostop"]
         assert row["limit"] == "max_uptime" and 0 <= row["seconds_left"] <= 60, row

@@ -3,6 +3,7 @@ watcher on simulated hosts is tests/cluster/test_autostop.py."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -141,8 +142,11 @@ def head_home(tmp_path, monkeypatch):
     for name, value in (("FOLDER", folder), ("STATUS_FILE", folder / "autostop.json"),
                         ("LOG_FILE", folder / "autostop.log"),
                         ("BOOTSTRAP", tmp_path / "ray_bootstrap_config.yaml"),
-                        ("TOKEN_FILE", tmp_path / "auth_token")):
+                        ("TOKEN_FILE", tmp_path / "auth_token"),
+                        ("UP_FILE", folder / "up-done")):
         monkeypatch.setattr(autostop, name, value)
+    (folder / "up-done").touch()
+    os.utime(folder / "up-done", (T0, T0))   # `orchestrate up` finished as Ray started
     (tmp_path / "auth_token").write_text("secret-token\n")
     monkeypatch.setattr(autostop, "ray_started", lambda: T0)
     monkeypatch.setattr(autostop, "ssh_terminals", lambda: 0)
@@ -475,3 +479,45 @@ def test_a_job_that_came_and_went_between_two_polls_is_activity(head_home, job_a
     assert json.loads(autostop.STATUS_FILE.read_text())["activity"] == ["1 job(s)"]
     verdict = autostop.poll_once(memory, now=T0 + 70, log=print)   # idle from then on
     assert verdict is not None and verdict.seconds_left == 60
+
+
+def test_the_idle_clock_starts_when_up_finishes(head_home, job_api, stops):
+    """Workers joining and setup commands are not idleness: until `orchestrate up` touches its
+    file (after Ray started), the head is busy, for at most UP_GRACE_S; an `up` that changed
+    the cluster again restarts the idle clock."""
+    write_config(head_home, job_api, {"idle_minutes": 1})
+    up_done = head_home / ".orchestrate" / "up-done"
+    up_done.unlink()
+    memory: dict = {}
+    verdict = autostop.poll_once(memory, now=T0 + 120, log=print)   # past the idle limit
+    assert not verdict.stop and verdict.idle_since is None
+    assert json.loads(autostop.STATUS_FILE.read_text())["activity"] == [
+        "`orchestrate up` not finished"]
+    up_done.touch()
+    os.utime(up_done, (T0 + 125, T0 + 125))          # `up` finished
+    assert autostop.poll_once(memory, now=T0 + 130, log=print).idle_since == T0 + 130
+    os.utime(up_done, (T0 + 150, T0 + 150))          # `up` ran again, changing something
+    assert autostop.poll_once(memory, now=T0 + 160, log=print).idle_since is None
+    verdict = autostop.poll_once(memory, now=T0 + 170, log=print)
+    assert verdict.idle_since == T0 + 170 and not verdict.stop
+    assert autostop.poll_once(memory, now=T0 + 231, log=print).stop
+    assert stops["archived"] == stops["down"] == ["idle for 1 min"]
+
+
+def test_an_up_that_never_finishes_holds_the_idle_clock_only_so_long(tmp_path):
+    """A file older than this Ray (an earlier `up`) or none: `up` is running, until the grace
+    ends (an `up` that failed half-way must not keep its cluster for ever)."""
+    started, up_done = 1_000_000.0, tmp_path / "up-done"
+    assert autostop.up_activity(started, now=started + 60, since=None, path=up_done) == [
+        "`orchestrate up` not finished"]
+    assert autostop.up_activity(started, now=started + autostop.UP_GRACE_S, since=None,
+                                path=up_done) == []
+    up_done.touch()
+    os.utime(up_done, (started - 600, started - 600))     # the last `up`, before Ray restarted
+    assert autostop.up_activity(started, now=started + 60, since=started + 30,
+                                path=up_done) == ["`orchestrate up` not finished"]
+    os.utime(up_done, (started + 40, started + 40))
+    assert autostop.up_activity(started, now=started + 60, since=started + 30,
+                                path=up_done) == ["`orchestrate up` ran"]
+    assert autostop.up_activity(started, now=started + 60, since=started + 50,
+                                path=up_done) == []
