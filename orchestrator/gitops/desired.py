@@ -117,10 +117,10 @@ def desired_experiment(project: ProjectSpec, spec: ExperimentSpec,
 
 def _experiment(spec: ExperimentSpec, project: ProjectSpec, shipped: _Shipped,
                 walked: WorkingDir | None = None) -> Desired:
-    from ..render.experiment import resolve_config
+    from ..render.experiment import identity, resolve_config
 
     resolved = resolve_config(spec)
-    config = replace_strings(dict(resolved), _marks(project.root, None))
+    config = replace_strings(identity(resolved), _marks(project.root, None))
     if config.get("tracking"):   # what names the source, not what runs: no drift from it
         config["tracking"] = {k: v for k, v in config["tracking"].items() if k not in (
             "experiment_file", "experiment_sha256", "orchestrate_version")}

@@ -165,10 +165,22 @@ def guess_format(path: str) -> str:
     return {"csv": "csv", "json": "json", "jsonl": "json", "npy": "numpy"}.get(suffix, "parquet")
 
 
+def identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config as its submission id and `plan` hash it: without the datasets' `written`
+    (what names them in results, derived from the `path` and the file's place, which are in
+    it already), so an upgrade that added it finds the same ids and no drift."""
+    found = dict(config)
+    datasets = found.get("datasets")
+    if isinstance(datasets, Mapping):
+        found["datasets"] = {name: {k: v for k, v in d.items() if k != "written"}
+                             if isinstance(d, Mapping) else d for name, d in datasets.items()}
+    return found
+
+
 def submission_id(config: JobConfig, working_dir_digest: str,
                   environment: dict[str, Any] | None = None) -> str:
     """`environment`: `Environment.public()` (names of secrets, never their values)."""
-    content = json.dumps(config, sort_keys=True) + working_dir_digest
+    content = json.dumps(identity(config), sort_keys=True) + working_dir_digest
     if environment:
         content += json.dumps(environment, sort_keys=True)
     return f"orchestrate-{config['name']}-{hashlib.sha256(content.encode()).hexdigest()[:12]}"

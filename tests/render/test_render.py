@@ -126,6 +126,40 @@ def test_run_parameters_name_the_datasets_as_the_file_gives_them(tmp_path, monke
             written
 
 
+def test_the_written_paths_change_no_submission_id_and_no_plan(tmp_path, monkeypatch):
+    """`written` came with an upgrade (issue 33) and is derived from what the id hashes already
+    (the path, the file's place): an experiment submitted before it keeps its id, and `plan`
+    sees no drift."""
+    from orchestrator.gitops import desired
+    from orchestrator.language.experiment import load_experiment
+    from orchestrator.language.project import load_project
+    from orchestrator.render import experiment
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "t.csv").write_text("a,target\n1,0\n")
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump({"name": "e", "trainer": "xgboost", "label_column": "target",
+                                    "datasets": {"train": {"path": "data/t.csv"}}}))
+    (tmp_path / "orchestrate.yaml").write_text("project: p\ninclude: ['*.yaml']\n")
+    spec, project = load_experiment(path), load_project(tmp_path / "orchestrate.yaml")
+    config = experiment.resolve_config(spec)
+    assert config["datasets"]["train"]["written"] == "data/t.csv"
+    now = (experiment.submission_id(config, "digest"),
+           desired.desired_experiment(project, spec).hash)
+
+    real = experiment.resolve_config   # as orchestrate rendered it before `written`
+
+    def before(spec):
+        config = real(spec)
+        return {**config, "datasets": {name: {k: v for k, v in d.items() if k != "written"}
+                                       for name, d in config["datasets"].items()}}
+    monkeypatch.setattr(experiment, "resolve_config", before)
+    old = experiment.resolve_config(spec)
+    assert "written" not in old["datasets"]["train"]
+    assert (experiment.submission_id(old, "digest"),
+            desired.desired_experiment(project, spec).hash) == now
+
+
 def test_submission_id_follows_the_content(tmp_path, capsys):
     source = (REPO / "experiments/custom-loop.yaml").read_text()
     (tmp_path / "custom_loop").mkdir()
