@@ -79,9 +79,10 @@ class Recorder:
 
 
 @contextlib.contextmanager
-def serving(answer: Any = None, *, redirect_to: str | None = None) -> Iterator[Recorder]:
-    """An HTTP server in this process on 127.0.0.1: answers `answer` as JSON (a dashboard's
-    /api/version by default), or 302 to `redirect_to`; records every request."""
+def serving(answer: Any = None, *, redirect_to: str | None = None,
+            port: int = 0) -> Iterator[Recorder]:
+    """An HTTP server in this process on 127.0.0.1 (`port`, else any): answers `answer` as JSON
+    (a dashboard's /api/version by default), or 302 to `redirect_to`; records every request."""
     recorder = Recorder()
     import ray  # noqa: F401 - only for the version a real dashboard would name
 
@@ -112,7 +113,7 @@ def serving(answer: Any = None, *, redirect_to: str | None = None) -> Iterator[R
 
         do_GET = do_POST = do_PUT = do_CONNECT = _any  # noqa: N815 - http.server's names
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
     recorder.address = f"http://127.0.0.1:{server.server_port}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)

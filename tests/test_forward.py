@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.launch import head
 from orchestrator.util import http, listeners, ports
+from orchestrator.util.waiting import until
 from tests.providers.test_local import sshd  # noqa: F401 - the fixture
 from tests.squatters import serving, squatter
 
@@ -73,4 +74,33 @@ def test_a_port_nothing_listens_on_is_said_without_waiting_out_the_timeout(sshd)
     with pytest.raises(ClusterError, match=f"nothing listens on 127.0.0.1:{nothing} on the head"), \
             head.forward(auth, sshd["hosts"][0], nothing, timeout=60):
         pass
+    assert ssh_children() == []
+
+
+def test_a_forward_outlives_a_thousand_refused_connections(sshd):  # noqa: F811
+    """Ray restarting on the head while `orchestrate dashboard` is open: the browser's retries
+    are refused there, and ssh (at LogLevel INFO) says so on stderr, a line each. Unread, those
+    lines filled the pipe, ssh blocked writing to it and forwarded nothing more, even once Ray
+    was back. Now the forward reaches the new dashboard."""
+    import socket
+
+    auth = {"ssh_user": "root", "ssh_private_key": str(sshd["key"])}
+    remote_port = ports.free_port()
+    first = serving(port=remote_port)
+    first.__enter__()
+    try:
+        with head.forward(auth, sshd["hosts"][0], remote_port, timeout=20) as port:
+            first.__exit__(None, None, None)   # Ray stops on the head
+            first = None
+            for _ in range(1500):   # ~60 bytes each on ssh's stderr: past a 64 KiB pipe
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+                    connection.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                    while connection.recv(4096):
+                        pass
+            with serving(port=remote_port) as again:   # and is back
+                assert until(lambda: http.answers(f"http://127.0.0.1:{port}"), timeout=15)
+                assert again.requests
+    finally:
+        if first is not None:
+            first.__exit__(None, None, None)
     assert ssh_children() == []

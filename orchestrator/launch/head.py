@@ -89,17 +89,42 @@ def forward(auth: Mapping[str, Any], head_ip: str, remote_port: int, *, timeout:
         raise
     if watch is not None:
         watch.append(process)
+    drain = None
     try:
         relay.start()
         _wait_forward(process, socket_path, relay.port, head_ip, timeout,
                       f"{remote_host}:{remote_port}")
+        drain = _drain(process)
         yield relay.port
     finally:
         relay.close()
         stop_child_group(process)
-        if process.stderr:
+        if drain is not None:
+            drain.join(timeout=2)   # it closes stderr at ssh's end: never a reused fd read
+        elif process.stderr:
             process.stderr.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _drain(process: subprocess.Popen[str]) -> threading.Thread | None:
+    """Read and drop what ssh says once the forward works (at LogLevel INFO a line per refused
+    connection: a browser retrying a restarting Ray would fill the pipe, and ssh, blocked
+    writing to it, would forward nothing more). Ends, closing the pipe, when ssh does."""
+    stderr = process.stderr
+    if stderr is None:
+        return None
+    fd = stderr.fileno()
+    os.set_blocking(fd, True)
+
+    def run() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(fd, 65536):
+                pass
+        stderr.close()
+
+    thread = threading.Thread(target=run, name="ssh-forward-stderr", daemon=True)
+    thread.start()
+    return thread
 
 
 # A far end that refuses connections this long (ssh up, its socket there, every connection
