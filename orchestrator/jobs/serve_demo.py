@@ -46,6 +46,10 @@ class Opened:
                 "browser": self.browser}
 
 
+NO_PAGE = "the service {name} serves no demo page"
+NO_PAGE_HINT = "add `demo: true` to its file and `orchestrate serve` it again"
+
+
 def service_name(target: str) -> str:
     """A service's name, or the name in a service file."""
     if target.endswith((".yaml", ".yml")) or Path(target).is_file():
@@ -65,7 +69,12 @@ def demo_cookie(name: str, state: State) -> str:
     if not entry.get("auth"):
         raise ServeError(f"the service {name} takes no token: its page needs no sign-in")
     route = str(entry.get("route_prefix") or urllib.parse.urlsplit(str(entry["url"])).path)
-    return cookie_header(serve.demo_secret(name, state), route)
+    try:
+        return cookie_header(serve.demo_secret(name, state), route)
+    except ValueError as exc:   # the state is data, and may be shared
+        raise ServeError(f"the service {name} is recorded with a route that cannot carry its "
+                         f"page's cookie: {exc}",
+                         hint="`orchestrate serve` its file again") from None
 
 
 def show(name: str, state: State, *, browser: bool, progress: Progress,
@@ -85,6 +94,8 @@ def show(name: str, state: State, *, browser: bool, progress: Progress,
                          "again (it is then reached through an SSH forward)")
     parts = urllib.parse.urlsplit(str(entry["url"]))
     route = str(entry.get("route_prefix") or parts.path).rstrip("/")
+    if entry.get("demo") is False:   # recorded so by `serve`: no page, and no secret for one
+        raise ServeError(NO_PAGE.format(name=name), hint=NO_PAGE_HINT)
     cookie = demo_cookie(name, state) if entry.get("auth") else None   # its secret kept here
     with serve.reach(parts.hostname or "127.0.0.1", int(parts.port or 80), cluster,
                      state) as base:
@@ -121,8 +132,7 @@ def _has_page(name: str, page: str, cookie: str | None) -> None:
     except OSError:
         status = None
     if status == 404:
-        raise ServeError(f"the service {name} serves no demo page",
-                         hint="add `demo: true` to its file and `orchestrate serve` it again")
+        raise ServeError(NO_PAGE.format(name=name), hint=NO_PAGE_HINT)
     if status == 401 and cookie is None:
         return   # a token service's page: the link signs the browser in
     if status == 401:

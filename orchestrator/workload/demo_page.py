@@ -39,8 +39,16 @@ def cookie_path(route: str) -> str:
     return route.rstrip("/") + PAGE_PATH
 
 
+# A route as the service schema allows it (route_prefix), never `/`: what goes into the cookie's
+# Path comes from state that may be shared, so `;` or a line break must not reach the header.
+ROUTE = re.compile(r"/[A-Za-z0-9._~/-]*[A-Za-z0-9._~-][A-Za-z0-9._~/-]*")
+
+
 def cookie_header(secret: str, route: str) -> str:
-    """The `Set-Cookie` value for the page's `secret`, for the route's page only."""
+    """The `Set-Cookie` value for the page's `secret`, for the route's page only (ValueError
+    for a route the service schema does not allow, or `/`)."""
+    if not ROUTE.fullmatch(route):
+        raise ValueError(f"{route!r} is not a service's route prefix")
     return f"{COOKIE}={secret}; Path={cookie_path(route)}; HttpOnly; SameSite=Strict"
 
 

@@ -206,6 +206,31 @@ def test_a_lost_secret_is_an_error_not_an_open_page(state, capsys):
     assert "is gone" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("route", ["/x; Path=/", "/x\r\nSet-Cookie: a=b", "/", "", "x"])
+def test_a_recorded_route_that_could_widen_the_cookie_is_refused(state, capsys, route):
+    """The state may be shared: a route recorded there never reaches the cookie's header
+    unless the service schema allows it (and `/` would send the cookie to every app)."""
+    served(state)
+    state.store.record_service("svc", {**state.store.service("svc"), "route_prefix": route,
+                                       "url": "http://127.0.0.1:1/"})
+    with pytest.raises(ServeError, match="cannot carry its page's cookie"):
+        serve_demo.demo_cookie("svc", state)
+    assert main(["demo", "svc", "--no-browser"]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_service_served_without_the_page_says_how_to_get_one(state, capsys):
+    """A token service served without `demo: true` keeps no page secret: `demo` says to add
+    the page, not that a secret is lost (serving again would not bring it back)."""
+    served(state)
+    state.store.record_service("svc", {**state.store.service("svc"), "demo": False})
+    state.secrets.remove(demo_key("svc"))
+    assert main(["demo", "svc", "--no-browser"]) == 1
+    err = capsys.readouterr().err
+    assert "serves no demo page" in err and "add `demo: true`" in err, err
+    assert "is gone" not in err and "Traceback" not in err
+
+
 class Health(http.server.BaseHTTPRequestHandler):
     """A service's `/healthz`: the scripted answers in turn, then 404 (unserved)."""
     answers: list[int] = []
