@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..output import add_format_argument, emit_json, info
+from ..output import add_format_argument, emit_json, info, printable
 
 
 def _duration(text: str) -> int:
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             files = [str(p) for p in (done.flamegraph, done.stack) if p]
             print(f"worker {index} (pid {done.worker.pid}, node {done.worker.node_id[:8]}): "
                   + (", ".join(files) or "nothing written")
-                  + (f"  [{done.error}]" if done.error else ""))
-    for done in profile.failed:
-        info(f"ERROR worker pid {done.worker.pid}: {done.error}")
+                  + (f"  [{printable(done.error)}]" if done.error else ""))
+    for done in profile.failed:   # the error quotes Ray's dashboard: data, not for the terminal
+        info(f"ERROR worker pid {done.worker.pid}: {printable(done.error)}")
     return 1 if profile.failed else 0

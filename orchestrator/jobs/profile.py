@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import JobError
 from ..reach.endpoint import EMBEDDED, Endpoint
 from ..util import http
 
+T = TypeVar("T")
 WORKER_CLASS = "RayTrainWorker"   # Ray Train's worker actor (V1 and V2 alike)
 DEFAULT_DURATION = 5              # seconds sampled; Ray takes 1-60 unless its head says more
 MAX_DURATION = 60
@@ -223,10 +223,43 @@ def profile_job(endpoint: Endpoint, job_id: str, *, folder: Path,
             from None
     progress(f"profiling {len(workers)} worker{'s' if len(workers) != 1 else ''} of job "
              f"{job_id} for {duration} s")
-    with ThreadPoolExecutor(max_workers=min(len(workers), 8)) as pool:
-        done = list(pool.map(lambda pair: _profile_one(endpoint, pair[1], pair[0], folder,
-                                                       duration), enumerate(workers)))
+    done = _each(lambda index, worker: _profile_one(endpoint, worker, index, folder, duration),
+                 workers)
     return Profile(job_id, endpoint.label, folder, duration, tuple(done))
+
+
+def _each(ask: Callable[[int, Any], T], items: Sequence[Any], at_once: int = 8) -> list[T]:
+    """`ask(index, item)` for every item, `at_once` at a time, in daemon threads: on Ctrl-C
+    nothing more is asked and the command ends without waiting for the answers in flight
+    (a ThreadPoolExecutor's threads are joined at exit: minutes, with 60 s profiles)."""
+    import threading
+
+    answers: list[Any] = [None] * len(items)
+    failures: list[BaseException] = []
+    slots = threading.Semaphore(at_once)
+
+    def one(index: int) -> None:
+        try:
+            answers[index] = ask(index, items[index])
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            failures.append(exc)
+        finally:
+            slots.release()
+
+    threads = []
+    for index in range(len(items)):
+        slots.acquire()
+        if failures:
+            break
+        thread = threading.Thread(target=one, args=(index,), daemon=True)
+        thread.start()
+        threads.append(thread)
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.2)   # short joins: Ctrl-C is seen at once
+    if failures:
+        raise failures[0]
+    return answers
 
 
 def default_folder(job_id: str, now: float) -> Path:

@@ -89,7 +89,10 @@ def get_bytes(address: str, path: str, token: str | None, *, timeout: float = 5,
                 raise HttpError(f"the answer is larger than {limit} bytes")
             return body
     except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace").strip().splitlines()
+        try:   # why it refused: a line of text, read no further than 64 KiB
+            detail = exc.read(64 * 1024).decode(errors="replace").strip().splitlines()
+        except OSError:
+            detail = []
         raise HttpError(f"HTTP {exc.code}" + (f": {detail[-1][:300]}" if detail else ""),
                         exc.code) from None
     except (urllib.error.URLError, OSError) as exc:

@@ -194,3 +194,46 @@ def test_an_output_that_is_a_file_is_said_without_a_traceback(state, tmp_path, c
     assert code == 1 and "Traceback" not in err and "internal error" not in err
     assert f"cannot make the folder {taken} for the profiles" in err
     assert taken.read_text() == "mine"
+
+
+def test_workers_are_asked_at_most_eight_at_once_in_order_and_a_failure_raised():
+    from orchestrator.jobs.profile import _each
+
+    lock, now, most = threading.Lock(), [0], [0]
+
+    def ask(index: int, item: str) -> str:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        threading.Event().wait(0.02)
+        with lock:
+            now[0] -= 1
+        return f"{index}:{item}"
+
+    items = [f"w{i}" for i in range(20)]
+    assert _each(ask, items) == [f"{i}:w{i}" for i in range(20)]
+    assert 1 < most[0] <= 8
+
+    def fails(index: int, item: str) -> str:
+        raise JobError(f"worker {item} is gone")
+    with pytest.raises(JobError, match="worker w0 is gone"):
+        _each(fails, items[:1])
+
+
+def test_ctrl_c_ends_a_profile_without_waiting_for_the_answers_in_flight():
+    """A 60 s profile of many workers, interrupted: the command ends at once (a thread pool's
+    threads were joined at exit, minutes later)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import os, signal, threading, time\n"
+        "from orchestrator.jobs.profile import _each\n"
+        "threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()\n"
+        "try:\n"
+        "    _each(lambda i, w: time.sleep(120), list(range(16)))\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)   # asked to sleep 120 s: only an end without waiting fits
+    assert done.stdout.strip() == "interrupted", done.stderr
