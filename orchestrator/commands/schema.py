@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     print("VS Code (the YAML extension, redhat.vscode-yaml), in .vscode/settings.json (paths "
           "from the workspace's root):")
     print(json.dumps({"yaml.schemas": mapping}, indent=2))
-    print("or name a file's schema on its first line: "
-          f"# yaml-language-server: $schema={args.write / 'experiment.schema.json'}")
+    print("or name a file's schema on its first line (a path relative to the YAML file, or "
+          "absolute, as here): "
+          f"# yaml-language-server: $schema={args.write.resolve() / 'experiment.schema.json'}")
     return 0
