@@ -42,7 +42,8 @@ TIERS = (
     Tier("ray", "ray and not ssh", 600, 420),
     # Two workers: the SSH tests mostly wait (for SSH, Ray's health checks, a dead host's
     # timeouts; the machine was 42 % busy running them one at a time), so the fault tests run
-    # beside the others. Tests that share hosts stay on one worker (xdist_group, tests/tiers.py).
+    # beside the others. The shared cluster's tests stay on one worker (xdist_group,
+    # tests/tiers.py).
     Tier("ssh", "ssh", 720, 600, ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")),
 )
 TOTAL_BUDGET_S = 1800

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ SSH_FIXTURES = {"make_machine", "ssh_cluster", "sshd"}
 STARTED = r"raylet|gcs_server|sshd -D|ray start"
 
 
+@pytest.hookimpl(trylast=True)   # after pytest-xdist's: see _groups_in_node_ids
 def pytest_collection_modifyitems(config, items) -> None:
     wrong = []
     for item in items:
@@ -48,18 +50,41 @@ def pytest_collection_modifyitems(config, items) -> None:
         raise pytest.UsageError("markers that do not say what a test starts:\n  "
                                 + "\n  ".join(wrong))
     items.sort(key=_lane)
+    _groups_in_node_ids(config, items)
 
 
-# The ssh tier runs on two pytest-xdist workers (scripts/tiers.py), each group of tests that
-# shares hosts on one of them (`xdist_group`), in the order collected. The longest groups go
-# first, so that the two workers end at about the same time: the fault tests (about 5 minutes
-# alone), then the tests on the shared 3-host cluster.
+def _groups_in_node_ids(config, items) -> None:
+    """pytest-xdist's `--dist loadgroup` sends tests to one worker by a `@GROUP` suffix of their
+    node id, which it writes into `item._nodeid`; pytest 9 keeps the id in `item._id`, so the
+    suffix is lost and every test goes anywhere (two workers each brought up the shared cluster
+    and the fault tests' hosts). Written here where pytest 9 reads it."""
+    if not getattr(config.option, "loadgroup", False):   # set on xdist's workers only
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        group = _group(item)
+        if group is not None and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
+
+
+# The ssh tier runs on two pytest-xdist workers (scripts/tiers.py). The tests on the shared
+# 3-host cluster stay on one worker (`xdist_group("shared_cluster")`): it is launched once. Other
+# modules whose tests share hosts (test_faults, test_failures, test_host_keys) are not grouped:
+# their tests run on both workers, each bringing up its own hosts, which measured faster than
+# one worker running them all (ssh tier 12:36 with every module grouped). The longest go first,
+# so that the two workers end at about the same time: the fault tests (about 3 minutes each),
+# then the shared cluster's.
 FIRST = ("faults", "shared_cluster")
 
 
-def _lane(item) -> int:
+def _group(item) -> str | None:
     mark = item.get_closest_marker("xdist_group")
-    group = (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+    return (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+
+
+def _lane(item) -> int:
+    group = _group(item) or ("faults" if item.path.name == "test_faults.py" else None)
     return FIRST.index(group) if group in FIRST else len(FIRST)
 
 
@@ -95,7 +120,8 @@ _DURATIONS: dict[str, dict] = {}
 
 
 def pytest_runtest_logreport(report) -> None:
-    row = _DURATIONS.setdefault(report.nodeid, {"seconds": 0.0, "outcome": "passed"})
+    node = re.sub(r"@[\w-]+$", "", report.nodeid)   # the test, not its xdist group
+    row = _DURATIONS.setdefault(node, {"seconds": 0.0, "outcome": "passed"})
     row["seconds"] += report.duration
     if report.failed:
         row["outcome"] = "error" if report.when != "call" else "failed"

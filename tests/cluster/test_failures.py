@@ -16,7 +16,7 @@ from orchestrator.util.waiting import until
 from .conftest import cli_env, orchestrate
 from .hosts import sh
 
-pytestmark = [pytest.mark.ssh, pytest.mark.xdist_group("failures")]
+pytestmark = [pytest.mark.ssh]
 
 
 @pytest.fixture(scope="module")

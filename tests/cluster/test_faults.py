@@ -27,7 +27,7 @@ from orchestrator.util.waiting import until
 
 from .conftest import cli_env, orchestrate
 
-pytestmark = [pytest.mark.ssh, pytest.mark.ray, pytest.mark.xdist_group("faults")]
+pytestmark = [pytest.mark.ssh, pytest.mark.ray]
 
 DATA = Path(__file__).resolve().parents[2] / "experiments" / "data"
 

@@ -13,7 +13,7 @@ from orchestrator.launch import known_hosts
 
 from .conftest import launch, tear_down
 
-pytestmark = [pytest.mark.ssh, pytest.mark.xdist_group("host_keys")]
+pytestmark = [pytest.mark.ssh]
 
 
 def refused(done, host: str, known: str, offered: str) -> None:
