@@ -66,5 +66,5 @@ def run(args: argparse.Namespace) -> int:
                   + (", ".join(files) or "nothing written")
                   + (f"  [{printable(done.error)}]" if done.error else ""))
     for done in profile.failed:   # the error quotes Ray's dashboard: data, not for the terminal
-        info(f"ERROR worker pid {done.worker.pid}: {printable(done.error)}")
+        info(f"ERROR worker pid {done.worker.pid}: {printable(done.error or '')}")
     return 1 if profile.failed else 0
