@@ -55,9 +55,14 @@ def test_the_launchers_ssh_checks_the_pinned_keys_whatever_ray_passes(state):
     assert stat.S_IMODE(control.stat().st_mode) == 0o700 and control.stat().st_uid == os.getuid()
     assert options["controlmaster"] == "auto"   # Ray's: connections are still shared
     assert stat.S_IMODE(pinned.stat().st_mode) == 0o600
-    # Each cluster its own file; the launcher's environment puts the wrapper first.
+    # Each cluster its own file and its own shared connections (one opened for another
+    # cluster of the same host checked that cluster's pins, and would not check these); the
+    # launcher's environment puts the wrapper first.
     other = effective([str(known_hosts.ssh_folder(state, "c2") / "ssh"), "h"])
     assert other["userknownhostsfile"] == str(state.store.workspace("c2") / "known_hosts")
+    mine, theirs = (Path(o["controlpath"]).parent for o in (options, other))
+    assert mine != theirs and mine.parent == theirs.parent == control
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o700 and mine.stat().st_uid == os.getuid()
     from orchestrator.launch.ray_up import RayUp
 
     path = RayUp(state, lambda _: None).environment("c1", "local")["PATH"]
@@ -82,6 +87,10 @@ def test_a_socket_folder_not_ours_or_too_long_turns_connection_sharing_off(tmp_p
         assert known_hosts.control_folder() is None
         os.chown(squatted, os.getuid(), -1)
         assert known_hosts.control_folder() == squatted
+        inner = known_hosts.control_folder(tmp_path / "kh")   # a cluster's, inside it
+        assert inner is not None and inner.parent == squatted
+        inner.chmod(0o755)   # a cluster's folder is held to the same rules
+        assert known_hosts.control_folder(tmp_path / "kh") is None
     finally:
         shutil.rmtree(short)
 

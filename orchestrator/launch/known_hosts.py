@@ -19,6 +19,7 @@ Not covered: the head's own SSH to workers (Ray's autoscaler on the head, with
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import shutil
@@ -68,12 +69,22 @@ def _real_ssh(exclude: Path) -> str | None:
     return shutil.which("ssh", path=os.pathsep.join(folders))
 
 
-def control_folder() -> Path | None:
+def control_folder(known_hosts: Path | None = None) -> Path | None:
     """A private folder for ssh's shared connections, short enough for a socket path: Ray's
     own (/tmp/ray_ssh_<hash of the user name>/...) can be made first by another user of the
     machine, who could then swap our master socket for theirs. Like tmux's, it must be ours
-    and 0700; None (no sharing) if it is not, or its path is too long."""
+    and 0700; None (no sharing) if it is not, or its path is too long.
+
+    With `known_hosts` (a cluster's pinned keys: its path names the cluster and the state
+    folder), a folder of that cluster's own inside it, as Ray keeps clusters apart by name: a
+    connection opened for one cluster checked that cluster's pins and used its key, and ssh
+    runs a shared connection's commands without checking either again."""
     folder = Path(tempfile.gettempdir()) / f"orchestrate-ssh-{os.getuid()}"
+    if known_hosts is not None:
+        found = control_folder()
+        if found is None:
+            return None
+        folder = found / hashlib.sha256(str(known_hosts).encode()).hexdigest()[:12]
     if len(str(folder)) + _SOCKET_SUFFIX > _SOCKET_MAX:
         return None
     try:
@@ -108,7 +119,8 @@ def ssh_folder(state: State, name: str) -> Path | None:
     if real is None:
         return None
     folder.mkdir(mode=0o700, exist_ok=True)
-    script = wrapper_script(real, path(state, name), control_folder())
+    pinned = path(state, name)
+    script = wrapper_script(real, pinned, control_folder(pinned))
     target = folder / "ssh"
     if not target.is_file() or target.read_text(errors="replace") != script:
         atomic_write(target, script, mode=0o700)

@@ -55,10 +55,11 @@ def test_a_changed_host_key_stops_exec_up_and_down_until_accepted(make_machine, 
         # A connection Ray's ssh opened to the host before its key changed is shared for 10 s
         # after its last use (ControlPersist): still the host it checked, so still used. Closed
         # here, so that this `up` meets the host anew, as it would later.
-        control = known_hosts.control_folder()
+        control = known_hosts.control_folder()   # each cluster's connections in a folder in it
         assert control is not None
-        subprocess.run(["ssh", "-o", f"ControlPath={control}/%C", "-O", "exit", f"root@{head.ip}"],
-                       capture_output=True, timeout=30)
+        for folder in control.iterdir():
+            subprocess.run(["ssh", "-o", f"ControlPath={folder}/%C", "-O", "exit",
+                            f"root@{head.ip}"], capture_output=True, timeout=30)
         done = handle.cli("up", str(handle.file), "-y")
         refused(done, head.ip, known, offered)
         assert "`ray up` stopped" in done.stderr
