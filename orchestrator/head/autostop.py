@@ -377,8 +377,7 @@ def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None
         return None
     since = memory.get("idle_since")
     busy_now = activity(config, rules, since=since) + up_activity(started, now=now, since=since)
-    verdict = decide(rules, now=now, busy=bool(busy_now), idle_since=memory.get("idle_since"),
-                     started=started)
+    verdict = decide(rules, now=now, busy=bool(busy_now), idle_since=since, started=started)
     memory["idle_since"] = verdict.idle_since
     status = {"state": "stopping" if verdict.stop else "watching", "settings": rules.as_dict(),
               "checked_at": now, "idle_since": verdict.idle_since, "uptime_start": started,

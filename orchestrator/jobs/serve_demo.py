@@ -102,15 +102,15 @@ def show(name: str, state: State, *, browser: bool, progress: Progress,
         page = base + route + PAGE
         why_not = None if browser else "--no-browser"
         why_not = why_not or no_browser_because()
-        _has_page(name, page, None)
         if cookie is None:
+            _has_page(name, page, None)
             ready(Opened(page, None, name, why_not or "opening"))
             if why_not is None:
                 open_browser(page, progress)
             _hold(base + route)
             return
         _ours(base, cluster, state)   # at the moment the secret is sent
-        _has_page(name, page, cookie)
+        _has_page(name, page, cookie)   # there, and it takes the secret kept here
         with SignIn(base, "", landing=route + PAGE, command=f"orchestrate demo {name}",
                     cookie=lambda: demo_cookie(name, state)) as signin:
             signin.used = lambda: progress("a browser signed in with the one-time link")
@@ -133,11 +133,11 @@ def _has_page(name: str, page: str, cookie: str | None) -> None:
         status = None
     if status == 404:
         raise ServeError(NO_PAGE.format(name=name), hint=NO_PAGE_HINT)
-    if status == 401 and cookie is None:
-        return   # a token service's page: the link signs the browser in
     if status == 401:
         raise ServeError(f"the service {name} does not take the demo page's secret kept here "
-                         f"(served again from elsewhere?)",
+                         f"(served again from elsewhere?)" if cookie else
+                         f"the service {name} asks for a sign-in, but is recorded here as "
+                         f"open (served again from elsewhere?)",
                          hint="`orchestrate serve` its file again from this machine")
     raise ServeError(f"the demo page of {name} at {page} did not answer"
                      + (f" (HTTP {status})" if status else ""))

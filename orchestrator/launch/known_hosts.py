@@ -79,12 +79,15 @@ def control_folder(known_hosts: Path | None = None) -> Path | None:
     folder), a folder of that cluster's own inside it, as Ray keeps clusters apart by name: a
     connection opened for one cluster checked that cluster's pins and used its key, and ssh
     runs a shared connection's commands without checking either again."""
-    folder = Path(tempfile.gettempdir()) / f"orchestrate-ssh-{os.getuid()}"
-    if known_hosts is not None:
-        found = control_folder()
-        if found is None:
-            return None
-        folder = found / hashlib.sha256(str(known_hosts).encode()).hexdigest()[:12]
+    folder = _private(Path(tempfile.gettempdir()) / f"orchestrate-ssh-{os.getuid()}")
+    if folder is None or known_hosts is None:
+        return folder
+    return _private(folder / hashlib.sha256(str(known_hosts).encode()).hexdigest()[:12])
+
+
+def _private(folder: Path) -> Path | None:
+    """`folder`, made 0700 if missing; None unless it is a folder of this user's alone, short
+    enough for ssh's sockets in it."""
     if len(str(folder)) + _SOCKET_SUFFIX > _SOCKET_MAX:
         return None
     try:
