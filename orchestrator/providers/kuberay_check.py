@@ -1,0 +1,1087 @@
+"""What KubeRay would refuse in a rendered RayCluster, RayJob or RayService, before an API server sees it.
+
+Two passes, in the order a real cluster applies them:
+
+1. The API server: the resource's CRD schema (`crds/`, KubeRay v1.7.0, the `storage: true` version, v1),
+   translated to JSON Schema (Draft 7) and checked with jsonschema, plus `metadata`, which the server
+   checks itself (the CRD only says `type: object` there).
+   - Pruning: a field the structural schema does not know is silently dropped by the server (there is
+     no `x-kubernetes-preserve-unknown-fields` in these CRDs; it is honoured if it appears). A dropped
+     field is a bug in what we rendered, so each one is a finding, and the rest is checked on the
+     pruned object, as the server does. A null in a field that is not `nullable` is dropped the same way.
+   - Defaulting comes before validation on the server, so a `required` field with a `default`
+     (e.g. workerGroupSpecs[].minReplicas/maxReplicas) is not required here.
+   - `x-kubernetes-int-or-string` accepts an integer or a string (the CRDs also carry the `anyOf`);
+     the quantity `pattern` applies to strings only, as on the server. A float such as `cpu: 0.5`
+     is neither, and the server refuses it too (quote it: "500m").
+   - `nullable: true` adds null to the type; `format: int32/int64` becomes the range of that type;
+     other formats (date-time, only in status) are not checked.
+   - `x-kubernetes-list-type: map` (unique list-map keys, e.g. containers by name) and `set` are checked.
+   - `x-kubernetes-validations` (CEL) cannot be evaluated here. The ones in these CRDs are:
+     `self == oldSelf` on `managedBy` and `gcsFaultToleranceOptions.backend` (transition rules: they
+     apply to updates only, never to a resource as rendered, so not checked); `self in
+     ['ray.io/kuberay-operator', 'kueue.x-k8s.io/multikueue']` on `managedBy`; on RayJob
+     `deletionStrategy` "not both legacy onSuccess/onFailure and deletionRules" and "both onSuccess and
+     onFailure, or deletionRules"; on `deletionRules[].condition` "not both jobStatus and
+     jobDeploymentStatus" and "one of them". All of those but the transition rules are re-implemented
+     in Python (`_CEL` below, matched by their exact rule text; a rule not in the table is skipped).
+   - `metadata`: name a DNS-1123 subdomain (or generateName set), namespace a DNS-1123 label, label
+     keys qualified names and values valid label values, annotation keys qualified names, string
+     values, 256 KiB in all; unknown ObjectMeta fields are dropped like any other.
+   The schema findings have rule "schema" (or "metadata").
+
+2. The operator: the rules of `ray-operator/controllers/ray/utils/validation.go` at v1.7.0 (commit
+   59d663aeec13760646da3db9c1cf8cfe883e30b7) that apply to specs orchestrate renders, one small
+   function each, named in a comment above it with the Go line it mirrors. KubeRay stops at its first
+   error; here every rule runs, so one pass shows everything. Rules whose only effect is a CRD
+   constraint already checked in pass 1 are not repeated (deletionRules ttlSeconds >= 0,
+   preRunningDeadlineSeconds >= 1, rayClusterDeletionDelaySeconds >= 0, RayCluster
+   upgradeStrategy.type enum, the deletionStrategy CEL rules).
+
+Not checked (they need cluster state, the operator's feature gates or its environment):
+- feature gates: RayJobDeletionPolicy (Beta, on by default: assumed on, so deletionStrategy and
+  worker-group `suspend` are allowed), RayServiceIncrementalUpgrade (Beta, on by default: assumed on,
+  so NewClusterWithIncrementalUpgrade is validated), and the Alpha gates, off by default, that refuse a
+  field outright when off: RayClusterNetworkPolicy (spec.networkPolicy and validateNetworkPolicy),
+  RayClusterMTLS (spec.tlsOptions and validateTLSOptions), RayClusterHistoryServer
+  (spec.historyServerOptions and validateCollectorOptions), GCSFaultToleranceEmbeddedStorage (the
+  gate check for backend rocksdb; the rocksdb field rules are checked);
+- status rules (ValidateRayClusterStatus, ValidateRayJobStatus), RayCronJob;
+- the "minReplicas and maxReplicas must be set when autoscaling is disabled" rule (validation.go:125):
+  the CRD defaults both, so through an API server they are never unset.
+- what the optional validating webhook adds (pkg/webhooks/v1): worker group names unique, which IS
+  checked here (rule "worker-group-names"), since duplicate names break the cluster either way.
+KubeRay at v1.7.0 has no rule on an empty groupName, numOfHosts, replicas within [min, max] (the
+controller clamps), `metrics-export-port`, or the entrypoint per submissionMode; none is invented here.
+
+Pure: no kubernetes client, no network; stdlib, yaml and jsonschema (imported on first use).
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path as _FilePath
+from typing import Any
+
+import yaml
+
+Path = tuple[str | int, ...]
+
+API_VERSION = "ray.io/v1"
+CRD_DIR = _FilePath(__file__).parent / "crds"
+_CRD_FILES = {
+    "RayCluster": "ray.io_rayclusters.yaml",
+    "RayJob": "ray.io_rayjobs.yaml",
+    "RayService": "ray.io_rayservices.yaml",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing KubeRay (its API server or its operator) would refuse or silently drop."""
+
+    path: Path  # where in the manifest, e.g. ("spec", "workerGroupSpecs", 0, "maxReplicas")
+    message: str  # one line: what is wrong and what is allowed
+    rule: str  # "schema", "metadata" or the short name of an operator rule
+
+
+def findings(manifest: dict[str, Any]) -> list[Finding]:
+    """Everything KubeRay would refuse in one rendered resource (RayCluster, RayJob or RayService,
+    told apart by manifest["kind"]; apiVersion must be ray.io/v1): first its CRD's openAPIV3Schema,
+    then the operator's own spec rules."""
+    kind = manifest.get("kind")
+    if kind not in _CRD_FILES:
+        return [Finding(("kind",), f"kind {kind!r} is not one of {', '.join(_CRD_FILES)}", "schema")]
+    out: list[Finding] = []
+    if manifest.get("apiVersion") != API_VERSION:
+        given = manifest.get("apiVersion")
+        message = f"apiVersion {given!r} is not {API_VERSION!r}, the version KubeRay stores"
+        out.append(Finding(("apiVersion",), message, "schema"))
+    pruned = _schema_findings(kind, manifest, out)
+    name_ok = not any(f.path == ("metadata", "name") for f in out)
+    out.extend(_OPERATOR[kind](pruned, name_ok))
+    return out
+
+
+# ---------------------------------------------------------------- the CRD schemas
+
+@functools.cache
+def crd_schema(kind: str) -> dict[str, Any]:
+    """The openAPIV3Schema of the stored version (v1) of one kind's CRD; each file is 1-1.4 MB, so
+    only the kind asked for is read, once."""
+    text = (CRD_DIR / _CRD_FILES[kind]).read_text()
+    crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+@functools.cache
+def _validator(kind: str) -> Any:
+    import jsonschema
+
+    return jsonschema.Draft7Validator(to_json_schema(crd_schema(kind)))
+
+
+_INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+_KEEP = {"type", "enum", "minimum", "maximum", "minLength", "maxLength", "pattern", "minItems", "maxItems",
+         "uniqueItems", "minProperties", "maxProperties", "multipleOf"}
+
+
+def to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
+    """A structural OpenAPI v3 schema as JSON Schema Draft 7, keeping what the API server validates
+    (see the module docstring for each extension); pruning is not expressed here but done by `_prune`."""
+    out: dict[str, Any] = {k: v for k, v in node.items() if k in _KEEP}
+    if "properties" in node:
+        props = node["properties"]
+        out["properties"] = {k: to_json_schema(v) for k, v in props.items()}
+        required = [r for r in node.get("required", []) if "default" not in props.get(r, {})]
+        if required:
+            out["required"] = required
+    elif node.get("required"):
+        out["required"] = list(node["required"])
+    if isinstance(node.get("additionalProperties"), dict):
+        out["additionalProperties"] = to_json_schema(node["additionalProperties"])
+    if "items" in node:
+        out["items"] = to_json_schema(node["items"])
+    for key in ("anyOf", "allOf", "oneOf"):
+        if key in node:
+            out[key] = [to_json_schema(s) for s in node[key]]
+    if "not" in node:
+        out["not"] = to_json_schema(node["not"])
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
+    if node.get("format") in _INT_RANGES and out.get("type") == "integer":
+        low, high = _INT_RANGES[node["format"]]
+        out["minimum"] = max(out.get("minimum", low), low)
+        out["maximum"] = min(out.get("maximum", high), high)
+    if node.get("nullable") and isinstance(out.get("type"), str):
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+def _schema_findings(kind: str, manifest: dict[str, Any], out: list[Finding]) -> dict[str, Any]:
+    """Prune like the API server (reporting what it drops), check metadata, then validate the pruned
+    object against the translated schema; returns the pruned object for the operator rules."""
+    schema = crd_schema(kind)
+    body = {k: v for k, v in manifest.items() if k != "metadata"}
+    pruned = _prune(body, schema, (), kind, out)
+    metadata = manifest.get("metadata")
+    out.extend(_metadata_findings(metadata, kind))
+    pruned["metadata"] = metadata if isinstance(metadata, dict) else {}
+    errors = sorted(_validator(kind).iter_errors(pruned), key=lambda e: [str(p) for p in e.absolute_path])
+    out.extend(_schema_finding(e) for e in errors)
+    return dict(pruned)
+
+
+def _dotted(path: Path) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text or "top level"
+
+
+def _is_object(schema: dict[str, Any]) -> bool:
+    return schema.get("type") == "object" or "properties" in schema or "additionalProperties" in schema
+
+
+def _prune(value: Any, schema: dict[str, Any], path: Path, kind: str, out: list[Finding]) -> Any:
+    """The value as the API server keeps it: unknown fields and non-nullable nulls dropped, each one
+    reported; list-type and CEL rules checked on the way."""
+    if isinstance(value, dict) and _is_object(schema):
+        props: dict[str, Any] = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        keep_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields")) or extra is True
+        kept: dict[str, Any] = {}
+        for key, item in value.items():
+            sub = props.get(key) if isinstance(key, str) else None
+            if sub is None and isinstance(extra, dict):
+                sub = extra
+            if sub is None:
+                if keep_unknown:
+                    kept[key] = item
+                else:
+                    out.append(Finding(path + (key,), _unknown_field(key, props, path, kind), "schema"))
+                continue
+            if item is None and not sub.get("nullable"):
+                out.append(Finding(path + (key,), f"{key!r} is null; the API server drops a null field "
+                                   "that is not nullable: leave it out or give a value", "schema"))
+                continue
+            kept[key] = _prune(item, sub, path + (key,), kind, out)
+        value = kept
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        value = [_prune(v, schema["items"], path + (i,), kind, out) for i, v in enumerate(value)]
+        out.extend(_list_type_findings(value, schema, path))
+    out.extend(_cel_findings(value, schema, path))
+    return value
+
+
+def _unknown_field(key: Any, props: dict[str, Any], path: Path, kind: str) -> str:
+    where = _dotted(path)
+    close = difflib.get_close_matches(str(key), list(props), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{key!r} is not a field of {kind}'s {where}; KubeRay's API server would drop it{hint}"
+
+
+def _list_type_findings(items: list[Any], schema: dict[str, Any], path: Path) -> Iterator[Finding]:
+    """x-kubernetes-list-type: the server refuses duplicate keys in a `map` list and duplicates in a `set`."""
+    list_type = schema.get("x-kubernetes-list-type")
+    if list_type == "map":
+        keys = schema.get("x-kubernetes-list-map-keys", [])
+        defaults = {k: v.get("default") for k, v in schema["items"].get("properties", {}).items()}
+        seen: set[str] = set()
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                continue
+            ident = repr(tuple(item.get(k, defaults.get(k)) for k in keys))
+            if ident in seen:
+                shown = ", ".join(f"{k}={item.get(k, defaults.get(k))!r}" for k in keys)
+                yield Finding(path + (i,), f"duplicate entry ({shown}) in {_dotted(path)}, a list keyed by "
+                              f"{', '.join(keys)}; the API server refuses it", "schema")
+            seen.add(ident)
+    elif list_type == "set":
+        seen_items: list[Any] = []
+        for i, item in enumerate(items):
+            if item in seen_items:
+                yield Finding(path + (i,), f"duplicate value {item!r} in {_dotted(path)}, a set; "
+                              "the API server refuses it", "schema")
+            seen_items.append(item)
+
+
+def _has(value: Any, key: str) -> bool:
+    return isinstance(value, dict) and key in value
+
+
+# The CEL rules (x-kubernetes-validations) of the three CRDs, by their exact text, in Python.
+# `self == oldSelf` (managedBy, gcsFaultToleranceOptions.backend) compares with the stored object on
+# update; a rendered resource has none, so it is left out.
+_CEL: dict[str, Callable[[Any], bool]] = {
+    "self in ['ray.io/kuberay-operator', 'kueue.x-k8s.io/multikueue']":
+        lambda s: s in ("ray.io/kuberay-operator", "kueue.x-k8s.io/multikueue"),
+    "!((has(self.onSuccess) || has(self.onFailure)) && has(self.deletionRules))":
+        lambda s: not ((_has(s, "onSuccess") or _has(s, "onFailure")) and _has(s, "deletionRules")),
+    "((has(self.onSuccess) && has(self.onFailure)) || has(self.deletionRules))":
+        lambda s: (_has(s, "onSuccess") and _has(s, "onFailure")) or _has(s, "deletionRules"),
+    "!(has(self.jobStatus) && has(self.jobDeploymentStatus))":
+        lambda s: not (_has(s, "jobStatus") and _has(s, "jobDeploymentStatus")),
+    "has(self.jobStatus) || has(self.jobDeploymentStatus)":
+        lambda s: _has(s, "jobStatus") or _has(s, "jobDeploymentStatus"),
+}
+
+
+def _cel_findings(value: Any, schema: dict[str, Any], path: Path) -> Iterator[Finding]:
+    for rule in schema.get("x-kubernetes-validations", []):
+        check = _CEL.get(rule.get("rule", ""))
+        if check is not None and not check(value):
+            yield Finding(path, f"{rule.get('message', rule['rule'])} (CRD validation rule)", "schema")
+
+
+_QUANTITY = ("^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))"
+             "(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$")
+_JSON_TYPES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+               dict: "a mapping", type(None): "null"}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _schema_finding(error: Any) -> Finding:
+    """One jsonschema error as a one-line Finding at its path; for anyOf/oneOf the most relevant
+    sub-error, except int-or-string, which is said in its own words."""
+    import jsonschema
+
+    path: Path = tuple(error.absolute_path)
+    value, schema = error.instance, error.schema
+    kind = error.validator
+    if kind in ("anyOf", "oneOf") and schema.get("anyOf") == [{"type": "integer"}, {"type": "string"}]:
+        actual = _JSON_TYPES.get(type(value), "that")
+        message = f"must be an integer or a string (int-or-string), not {actual} {_shown(value)}"
+        if isinstance(value, float):
+            message += "; write a quantity as a string, e.g. \"500m\""
+        return Finding(path, message, "schema")
+    if kind in ("anyOf", "oneOf") and error.context:
+        return _schema_finding(jsonschema.exceptions.best_match(error.context))
+    if kind == "pattern" and error.validator_value == _QUANTITY:
+        return Finding(path, f"{_shown(value)} is not a Kubernetes quantity (like 1, 500m, 2Gi)", "schema")
+    if kind == "type":
+        wanted = error.validator_value if isinstance(error.validator_value, str) else error.validator_value[0]
+        article = "an" if wanted[0] in "aeiou" else "a"
+        actual = _JSON_TYPES.get(type(value), type(value).__name__)
+        return Finding(path, f"must be {article} {wanted}, not {actual} {_shown(value)}", "schema")
+    if kind == "enum":
+        allowed = ", ".join(repr(v) for v in error.validator_value)
+        return Finding(path, f"{_shown(value)} is not one of {allowed}", "schema")
+    if kind == "required":
+        match = re.match(r"^'(.+)' is a required property$", error.message)
+        if match:
+            return Finding(path + (match.group(1),), f"{match.group(1)!r} is required in {_dotted(path)}",
+                           "schema")
+    if kind in ("minimum", "maximum"):
+        bound = "at least" if kind == "minimum" else "at most"
+        return Finding(path, f"must be {bound} {error.validator_value}, not {_shown(value)}", "schema")
+    return Finding(path, error.message.splitlines()[0][:200], "schema")
+
+
+# ---------------------------------------------------------------- metadata (the API server's own checks)
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_OBJECT_META = {"name", "generateName", "namespace", "labels", "annotations", "ownerReferences", "finalizers",
+                "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+                "deletionGracePeriodSeconds", "managedFields", "selfLink"}
+
+
+def _qualified_name_problem(key: str) -> str | None:
+    """k8s.io/apimachinery validation.IsQualifiedName: [prefix/]name, prefix a DNS-1123 subdomain."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and not prefix:
+        return "the prefix before '/' is empty"
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        return f"the prefix {prefix!r} is not a DNS-1123 subdomain (lowercase letters, digits, '-', '.')"
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        return "the name part must be 1-63 characters: letters, digits, '-', '_', '.', starting and ending " \
+               "with a letter or digit"
+    return None
+
+
+def _metadata_findings(metadata: Any, kind: str) -> Iterator[Finding]:
+    at: Path = ("metadata",)
+    if not isinstance(metadata, dict):
+        yield Finding(at, f"{kind} needs metadata with a name", "metadata")
+        return
+    for key in metadata:
+        if key not in _OBJECT_META:
+            close = difflib.get_close_matches(str(key), sorted(_OBJECT_META), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            yield Finding(at + (key,), f"{key!r} is not a field of metadata; the API server would drop "
+                          f"it{hint}", "metadata")
+    name = metadata.get("name")
+    if name is None and not metadata.get("generateName"):
+        yield Finding(at + ("name",), "metadata.name is required (or metadata.generateName)", "metadata")
+    elif name is not None and (not isinstance(name, str) or len(name) > 253
+                               or not _DNS1123_SUBDOMAIN.match(name)):
+        yield Finding(at + ("name",), f"name {_shown(name)} is not a DNS-1123 subdomain: at most 253 "
+                      "lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+                      "metadata")
+    namespace = metadata.get("namespace")
+    if namespace is not None and (not isinstance(namespace, str) or len(namespace) > 63
+                                  or not _DNS1123_LABEL.match(namespace)):
+        yield Finding(at + ("namespace",), f"namespace {_shown(namespace)} is not a DNS-1123 label: at most "
+                      "63 lowercase letters, digits and '-'", "metadata")
+    yield from _label_findings(metadata.get("labels"), at + ("labels",))
+    yield from _annotation_findings(metadata.get("annotations"), at + ("annotations",))
+
+
+def _label_value_problem(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"must be a string, not {_shown(value)}"
+    if value and (len(value) > 63 or not _QUALIFIED_NAME.match(value)):
+        return f"{_shown(value)} is not a label value: at most 63 letters, digits, '-', '_', '.', starting " \
+               "and ending with a letter or digit (or empty)"
+    return None
+
+
+def _label_findings(labels: Any, at: Path) -> Iterator[Finding]:
+    if labels is None:
+        return
+    if not isinstance(labels, dict):
+        yield Finding(at, "labels must be a mapping of strings to strings", "metadata")
+        return
+    for key, value in labels.items():
+        problem = _qualified_name_problem(key) if isinstance(key, str) else "must be a string"
+        if problem:
+            yield Finding(at + (key,), f"label key {_shown(key)}: {problem}", "metadata")
+        problem = _label_value_problem(value)
+        if problem:
+            yield Finding(at + (key,), f"label {key!r}: {problem}", "metadata")
+
+
+def _annotation_findings(annotations: Any, at: Path) -> Iterator[Finding]:
+    if annotations is None:
+        return
+    if not isinstance(annotations, dict):
+        yield Finding(at, "annotations must be a mapping of strings to strings", "metadata")
+        return
+    for key, value in annotations.items():
+        problem = _qualified_name_problem(key.lower()) if isinstance(key, str) else "must be a string"
+        if problem:
+            yield Finding(at + (key,), f"annotation key {_shown(key)}: {problem}", "metadata")
+        if not isinstance(value, str):
+            yield Finding(at + (key,), f"annotation {key!r} must be a string, not {_shown(value)}",
+                          "metadata")
+    size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
+    if size > 256 * 1024:
+        yield Finding(at, f"annotations total {size} bytes; the API server allows 262144", "metadata")
+
+
+# ---------------------------------------------------------------- operator rules: helpers
+
+def _d(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _l(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _i(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _s(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True)
+class _Cluster:
+    """A RayClusterSpec where it sits: a RayCluster's spec, a RayJob's rayClusterSpec or a RayService's
+    rayClusterConfig, with the annotations of the resource holding it (KubeRay passes those)."""
+
+    spec: dict[str, Any]
+    at: Path
+    annotations: dict[str, Any]
+
+    @property
+    def head_pod(self) -> dict[str, Any]:
+        return _d(_d(_d(self.spec.get("headGroupSpec")).get("template")).get("spec"))
+
+    @property
+    def head_container(self) -> dict[str, Any]:
+        containers = _l(self.head_pod.get("containers"))
+        return _d(containers[0]) if containers else {}  # RayContainerIndex = 0 (constant.go:51)
+
+    def workers(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        for i, group in enumerate(_l(self.spec.get("workerGroupSpecs"))):
+            yield i, _d(group)
+
+    def worker_at(self, i: int, *rest: str | int) -> Path:
+        return self.at + ("workerGroupSpecs", i, *rest)
+
+    @property
+    def autoscaling(self) -> bool:  # IsAutoscalingEnabled, util.go:751
+        return self.spec.get("enableInTreeAutoscaling") is True
+
+    @property
+    def autoscaler_v2(self) -> bool:  # IsAutoscalingV2Enabled, util.go:756
+        return _d(self.spec.get("autoscalerOptions")).get("version") == "v2"
+
+
+def _env(container: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """EnvVarByName (util.go:730): the first env entry of that name."""
+    for entry in _l(container.get("env")):
+        if _d(entry).get("name") == name:
+            return _d(entry)
+    return None
+
+
+def _v2_by_env(cluster: _Cluster) -> bool:
+    env = _env(cluster.head_container, "RAY_enable_autoscaler_v2")
+    return env is not None and env.get("value") in ("1", "true")
+
+
+def _ray_version(text: str) -> tuple[int, ...] | None:
+    """k8s.io/apimachinery version.ParseGeneric: optional 'v', at least two numeric components;
+    what follows the numbers is ignored."""
+    match = re.match(r"^\s*v?([0-9]+(?:\.[0-9]+)+)", text)
+    return tuple(int(p) for p in match.group(1).split(".")) if match else None
+
+
+def _at_least(version: tuple[int, ...], minimum: tuple[int, ...]) -> bool:
+    width = max(len(version), len(minimum))
+    return version + (0,) * (width - len(version)) >= minimum + (0,) * (width - len(minimum))
+
+
+ClusterRule = Callable[[_Cluster], Iterator[Finding]]
+
+
+# ---------------------------------------------------------------- operator rules: RayClusterSpec
+
+# ValidateRayClusterSpec, validation.go:104-106 and 119-121
+def _containers(c: _Cluster) -> Iterator[Finding]:
+    if not _l(c.head_pod.get("containers")):
+        yield Finding(c.at + ("headGroupSpec", "template", "spec", "containers"),
+                      "headGroupSpec needs at least one container (the Ray head); KubeRay refuses none",
+                      "head-containers")
+    for i, group in c.workers():
+        if not _l(_d(_d(group.get("template")).get("spec")).get("containers")):
+            yield Finding(c.worker_at(i, "template", "spec", "containers"),
+                          f"worker group {group.get('groupName')!r} needs at least one container",
+                          "worker-containers")
+
+
+# ValidateRayClusterSpec, validation.go:128-138. Unset min/max (line 125) cannot happen: the CRD defaults
+# minReplicas to 0 and maxReplicas to 2147483647.
+def _replicas(c: _Cluster) -> Iterator[Finding]:
+    for i, group in c.workers():
+        name = group.get("groupName")
+        low, high = _i(group.get("minReplicas", 0)), _i(group.get("maxReplicas", 2**31 - 1))
+        if low is not None and low < 0:
+            yield Finding(c.worker_at(i, "minReplicas"), f"worker group {name!r} has negative minReplicas "
+                          f"{low}; it must be 0 or more", "worker-replicas")
+        if high is not None and high < 0:
+            yield Finding(c.worker_at(i, "maxReplicas"), f"worker group {name!r} has negative maxReplicas "
+                          f"{high}; it must be 0 or more", "worker-replicas")
+        if low is not None and high is not None and low > high:
+            yield Finding(c.worker_at(i, "minReplicas"), f"worker group {name!r} has minReplicas {low} "
+                          f"greater than maxReplicas {high}; KubeRay needs minReplicas <= maxReplicas",
+                          "worker-replicas")
+
+
+# RayClusterWebhook.validateWorkerGroups, pkg/webhooks/v1/raycluster_webhook.go:69-79 (only when the
+# optional webhook is installed; duplicate names make groups share pods either way)
+def _worker_group_names(c: _Cluster) -> Iterator[Finding]:
+    seen: set[str] = set()
+    for i, group in c.workers():
+        name = _s(group.get("groupName"))
+        if name in seen:
+            yield Finding(c.worker_at(i, "groupName"), f"worker group name {name!r} is used twice; "
+                          "worker group names must be unique", "worker-group-names")
+        seen.add(name)
+
+
+def _groups(c: _Cluster) -> Iterator[tuple[str, Path, dict[str, Any]]]:
+    """The head group and each worker group, with the name KubeRay uses in its messages."""
+    yield "Head", c.at + ("headGroupSpec",), _d(c.spec.get("headGroupSpec"))
+    for i, group in c.workers():
+        yield _s(group.get("groupName")), c.at + ("workerGroupSpecs", i), group
+
+
+# validateRayGroupResources, validation.go:60-69
+def _group_resources(c: _Cluster) -> Iterator[Finding]:
+    for name, at, group in _groups(c):
+        params = _d(group.get("rayStartParams"))
+        set_in_params = [k for k in ("num-cpus", "num-gpus", "memory", "resources") if params.get(k)]
+        if set_in_params and _d(group.get("resources")):
+            yield Finding(at + ("resources",), f"{name} group sets resources both in rayStartParams "
+                          f"({', '.join(set_in_params)}) and in resources; KubeRay allows only one",
+                          "group-resources")
+
+
+# validateRayGroupLabels, validation.go:72-100
+def _group_labels(c: _Cluster) -> Iterator[Finding]:
+    for name, at, group in _groups(c):
+        if "labels" in _d(group.get("rayStartParams")):
+            yield Finding(at + ("rayStartParams", "labels"), "rayStartParams['labels'] is not supported for "
+                          f"the {name} group; use the group's labels field", "group-labels")
+        for finding in _label_findings(group.get("labels"), at + ("labels",)):
+            yield Finding(finding.path, f"{name} group: {finding.message}", "group-labels")
+
+
+# validateWorkerGroupIdleTimeout, validation.go:1006-1027
+def _idle_timeout(c: _Cluster) -> Iterator[Finding]:
+    for i, group in c.workers():
+        seconds = _i(group.get("idleTimeoutSeconds"))
+        if seconds is None:
+            continue
+        at = c.worker_at(i, "idleTimeoutSeconds")
+        if seconds < 0:
+            yield Finding(at, f"idleTimeoutSeconds must be 0 or more, not {seconds}", "idle-timeout")
+        elif not (c.autoscaler_v2 or _v2_by_env(c)):
+            yield Finding(at, "idleTimeoutSeconds needs autoscaler v2: set autoscalerOptions.version: v2",
+                          "idle-timeout")
+
+
+# validateWorkerGroupPriority, validation.go:1113-1142
+def _priority(c: _Cluster) -> Iterator[Finding]:
+    for i, group in c.workers():
+        priority = _i(group.get("priority"))
+        if not priority:
+            continue
+        at = c.worker_at(i, "priority")
+        version = _ray_version(_s(c.spec.get("rayVersion")))
+        if version is None or not _at_least(version, (2, 56, 0)):
+            yield Finding(at, "priority needs rayVersion 2.56.0 or later, got "
+                          f"{c.spec.get('rayVersion')!r}", "worker-priority")
+        elif not (c.autoscaler_v2 or _v2_by_env(c)):
+            yield Finding(at, "priority needs autoscaler v2: set autoscalerOptions.version: v2",
+                          "worker-priority")
+
+
+# ValidateRayClusterSpec, validation.go:153-195; validateGcsFaultToleranceBackend, validation.go:333-375
+def _gcs_fault_tolerance(c: _Cluster) -> Iterator[Finding]:
+    options = c.spec.get("gcsFaultToleranceOptions")
+    head_env = c.at + ("headGroupSpec", "template", "spec", "containers", 0, "env")
+    params = _d(_d(c.spec.get("headGroupSpec")).get("rayStartParams"))
+    ft_annotation = c.annotations.get("ray.io/ft-enabled")
+    if ft_annotation and options is not None:
+        yield Finding(c.at + ("gcsFaultToleranceOptions",), "the ray.io/ft-enabled annotation and "
+                      "gcsFaultToleranceOptions are both set; use only gcsFaultToleranceOptions", "gcs-ft")
+    # IsGCSFaultToleranceEnabled, util.go:765
+    ft_on = options is not None or _s(ft_annotation).lower() == "true"
+    if not ft_on and _env(c.head_container, "RAY_REDIS_ADDRESS") is not None:
+        yield Finding(head_env, "RAY_REDIS_ADDRESS in the head container enables GCS fault tolerance "
+                      "implicitly; set gcsFaultToleranceOptions instead", "gcs-ft")
+    if options is not None:
+        if params.get("redis-password"):
+            yield Finding(c.at + ("headGroupSpec", "rayStartParams", "redis-password"), "redis-password in "
+                          "rayStartParams is refused with gcsFaultToleranceOptions; use its redisPassword",
+                          "gcs-ft")
+        for var, field in (("REDIS_PASSWORD", "redisPassword"), ("RAY_REDIS_ADDRESS", "redisAddress")):
+            if _env(c.head_container, var) is not None:
+                yield Finding(head_env, f"{var} in the head container is refused with "
+                              f"gcsFaultToleranceOptions; use gcsFaultToleranceOptions.{field}", "gcs-ft")
+        if c.annotations.get("ray.io/external-storage-namespace"):
+            yield Finding(c.at + ("gcsFaultToleranceOptions",), "the ray.io/external-storage-namespace "
+                          "annotation is refused with gcsFaultToleranceOptions; use its "
+                          "externalStorageNamespace",
+                          "gcs-ft")
+        yield from _gcs_backend(c, _d(options), head_env)
+    if params.get("redis-username") or _env(c.head_container, "REDIS_USERNAME") is not None:
+        yield Finding(c.at + ("headGroupSpec",), "a redis username in rayStartParams or REDIS_USERNAME is "
+                      "refused; use gcsFaultToleranceOptions.redisUsername", "gcs-ft")
+
+
+# validateGcsFaultToleranceBackend, validation.go:333-375 (the feature gate check of line 336 is not made)
+def _gcs_backend(c: _Cluster, options: dict[str, Any], head_env: Path) -> Iterator[Finding]:
+    at = c.at + ("gcsFaultToleranceOptions",)
+    storage = options.get("storage")
+    if options.get("backend", "redis") != "rocksdb":
+        if storage is not None:
+            yield Finding(at + ("storage",), "gcsFaultToleranceOptions.storage applies only to backend "
+                          "rocksdb, not redis", "gcs-ft")
+        return
+    for field in ("redisAddress", "redisUsername", "redisPassword", "externalStorageNamespace"):
+        if options.get(field):
+            yield Finding(at + (field,), f"gcsFaultToleranceOptions.{field} is refused with backend rocksdb",
+                          "gcs-ft")
+    storage = _d(storage)
+    if storage.get("claimName") and any(k in storage for k in ("size", "storageClassName", "accessModes")):
+        yield Finding(at + ("storage",), "storage.claimName excludes size, storageClassName and accessModes",
+                      "gcs-ft")
+    for var in ("RAY_gcs_storage", "RAY_gcs_storage_path"):
+        if _env(c.head_container, var) is not None:
+            yield Finding(head_env, f"{var} is managed by KubeRay with backend rocksdb; remove it", "gcs-ft")
+    head_mounts = c.at + ("headGroupSpec", "template", "spec", "containers", 0, "volumeMounts")
+    for mount in _l(c.head_container.get("volumeMounts")):
+        if _d(mount).get("mountPath") == "/data/gcs" or _d(mount).get("name") == "gcs-storage":
+            yield Finding(head_mounts, "a volume mount named gcs-storage or at /data/gcs is managed by "
+                          "KubeRay with backend rocksdb", "gcs-ft")
+    for volume in _l(c.head_pod.get("volumes")):
+        if _d(volume).get("name") == "gcs-storage":
+            yield Finding(c.at + ("headGroupSpec", "template", "spec", "volumes"), "a volume named "
+                          "gcs-storage is managed by KubeRay with backend rocksdb", "gcs-ft")
+
+
+# ValidateRayClusterSpec, validation.go:205-238 (suspend without the RayJobDeletionPolicy gate, lines
+# 197-203, is not checked: the gate is on by default)
+def _autoscaler(c: _Cluster) -> Iterator[Finding]:
+    head_env = c.at + ("headGroupSpec", "template", "spec", "containers", 0, "env")
+    v2_env = _env(c.head_container, "RAY_enable_autoscaler_v2")
+    if not c.autoscaling:
+        if v2_env is not None and v2_env.get("value") in ("1", "true"):
+            yield Finding(head_env, "RAY_enable_autoscaler_v2 is set but enableInTreeAutoscaling is not "
+                          "true; set enableInTreeAutoscaling: true", "autoscaler")
+        return
+    for i, group in c.workers():
+        if group.get("suspend") is True:
+            yield Finding(c.worker_at(i, "suspend"), f"worker group {group.get('groupName')!r} cannot be "
+                          "suspended with the autoscaler enabled", "autoscaler")
+    if _d(c.spec.get("autoscalerOptions")).get("version") is not None and v2_env is not None:
+        yield Finding(head_env, "both autoscalerOptions.version and RAY_enable_autoscaler_v2 are set; keep "
+                      "only autoscalerOptions.version", "autoscaler")
+    if c.autoscaler_v2:
+        restart = c.head_pod.get("restartPolicy")
+        if restart not in (None, "", "Never"):
+            yield Finding(c.at + ("headGroupSpec", "template", "spec", "restartPolicy"), f"restartPolicy "
+                          f"{restart!r} with autoscaler v2; it must be Never or unset", "autoscaler")
+        for i, group in c.workers():
+            restart = _d(_d(group.get("template")).get("spec")).get("restartPolicy")
+            if restart not in (None, "", "Never"):
+                yield Finding(c.worker_at(i, "template", "spec", "restartPolicy"), "restartPolicy "
+                              f"{restart!r} with autoscaler v2; it must be Never or unset", "autoscaler")
+
+
+# ValidateRayClusterSpec, validation.go:241-258
+def _autoscaler_options(c: _Cluster) -> Iterator[Finding]:
+    options = _d(c.spec.get("autoscalerOptions"))
+    at = c.at + ("autoscalerOptions",)
+    idle = _i(options.get("idleTimeoutSeconds"))
+    if idle is not None and idle < 0:
+        yield Finding(at + ("idleTimeoutSeconds",), "autoscalerOptions.idleTimeoutSeconds must be 0 or "
+                      f"more, not {idle}", "autoscaler-options")
+    if _env(options, "KUBERAY_GEN_AUTOSCALER_START_CMD") is not None:
+        yield Finding(at + ("env",), "autoscalerOptions.env must not set KUBERAY_GEN_AUTOSCALER_START_CMD; "
+                      "KubeRay injects it", "autoscaler-options")
+
+
+# ValidateRayClusterSpec, validation.go:284-313 (IsAuthEnabled util.go:796, IsK8sAuthEnabled util.go:800)
+def _auth(c: _Cluster) -> Iterator[Finding]:
+    auth = c.spec.get("authOptions")
+    if not isinstance(auth, dict):
+        return
+    at = c.at + ("authOptions",)
+    k8s_auth = auth.get("enableK8sTokenAuth") is True
+    if auth.get("mode") != "token":
+        if k8s_auth:
+            yield Finding(at + ("enableK8sTokenAuth",), "enableK8sTokenAuth needs authOptions.mode: token",
+                          "auth")
+        return
+    text = _s(c.spec.get("rayVersion"))
+    version = _ray_version(text)
+    if version is None or not _at_least(version, (2, 52, 0)):
+        yield Finding(c.at + ("rayVersion",), f"authOptions.mode token needs rayVersion 2.52.0 or later, "
+                      f"got {text!r}", "auth")
+    elif k8s_auth and not _at_least(version, (2, 55, 0)):
+        yield Finding(c.at + ("rayVersion",), f"enableK8sTokenAuth needs rayVersion 2.55.0 or later, got "
+                      f"{text!r}", "auth")
+    if k8s_auth and auth.get("secretName"):
+        yield Finding(at + ("secretName",), "enableK8sTokenAuth and secretName exclude each other", "auth")
+
+
+# ValidateRayClusterUpgradeOptions, validation.go:42-57, run on every RayCluster
+# (raycluster_controller.go:205), also the one a RayJob or RayService creates, which carries
+# ray.io/originated-from-crd (rayjob_controller.go:1001, rayservice_controller.go:1509).
+# The type enum itself is in the CRD.
+def _embedded_upgrade_strategy(c: _Cluster, owner: str) -> Iterator[Finding]:
+    if _d(c.spec.get("upgradeStrategy")).get("type") is not None:
+        yield Finding(c.at + ("upgradeStrategy", "type"), f"upgradeStrategy cannot be set on the RayCluster "
+                      f"a {owner} creates; KubeRay refuses that cluster", "cluster-upgrade-strategy")
+
+
+_CLUSTER_RULES: tuple[ClusterRule, ...] = (
+    _containers, _replicas, _worker_group_names, _group_resources, _group_labels, _idle_timeout, _priority,
+    _gcs_fault_tolerance, _autoscaler, _autoscaler_options, _auth,
+)
+
+
+def _cluster_findings(c: _Cluster) -> Iterator[Finding]:
+    for rule in _CLUSTER_RULES:
+        yield from rule(c)
+
+
+# ---------------------------------------------------------------- operator rules: per kind
+
+# MaxRayClusterNameLength = 53, MaxRayJobNameLength = MaxRayServiceNameLength = 53 - 6 (constant.go:375-381)
+_NAME_LIMITS = {"RayCluster": 53, "RayJob": 47, "RayService": 47}
+
+
+# ValidateRayClusterMetadata (validation.go:32-40), ValidateRayJobMetadata (533-541),
+# ValidateRayServiceMetadata (632-638)
+def _name(kind: str, manifest: dict[str, Any]) -> Iterator[Finding]:
+    name = _d(manifest.get("metadata")).get("name")
+    if not isinstance(name, str):
+        return
+    limit = _NAME_LIMITS[kind]
+    if len(name) > limit:
+        yield Finding(("metadata", "name"), f"{kind} name {name!r} has {len(name)} characters; KubeRay "
+                      f"allows at most {limit}", "name")
+    if not _DNS1035_LABEL.match(name):
+        yield Finding(("metadata", "name"), f"{kind} name {name!r} is not a DNS-1035 label: lowercase "
+                      "letters, digits and '-', starting with a letter, ending with a letter or digit",
+                      "name")
+
+
+def _ray_cluster(manifest: dict[str, Any], name_ok: bool) -> Iterator[Finding]:
+    if name_ok:
+        yield from _name("RayCluster", manifest)
+    spec = _d(manifest.get("spec"))
+    metadata = _d(manifest.get("metadata"))
+    yield from _cluster_findings(_Cluster(spec, ("spec",), _d(metadata.get("annotations"))))
+    origin = _d(metadata.get("labels")).get("ray.io/originated-from-crd")
+    if origin in ("RayJob", "RayService"):  # GetCRDType, util.go:62
+        yield from _embedded_upgrade_strategy(_Cluster(spec, ("spec",), {}), origin)
+
+
+# ValidateRayJobSpec, validation.go:547-553 and 560-563
+def _job_suspend(spec: dict[str, Any]) -> Iterator[Finding]:
+    if spec.get("suspend") is True:
+        if spec.get("shutdownAfterJobFinishes") is not True:
+            yield Finding(("spec", "suspend"), "a RayJob can be suspended only with "
+                          "shutdownAfterJobFinishes: true", "job-suspend")
+        if _d(spec.get("clusterSelector")):
+            yield Finding(("spec", "suspend"), "a RayJob with clusterSelector cannot be suspended",
+                          "job-suspend")
+
+
+# ValidateRayJobSpec, validation.go:551-553; validateDeletionConfiguration, validation.go:753-755
+def _job_ttl(spec: dict[str, Any]) -> Iterator[Finding]:
+    ttl = _i(spec.get("ttlSecondsAfterFinished", 0)) or 0
+    if ttl < 0:
+        yield Finding(("spec", "ttlSecondsAfterFinished"), "ttlSecondsAfterFinished must be 0 or more, "
+                      f"not {ttl}", "job-ttl")
+    elif ttl > 0 and spec.get("shutdownAfterJobFinishes") is not True:
+        yield Finding(("spec", "ttlSecondsAfterFinished"), "ttlSecondsAfterFinished needs "
+                      "shutdownAfterJobFinishes: true", "job-ttl")
+
+
+# validateDeletionConfiguration, validation.go:752-792 (the gate check of line 763 is not made: on by default;
+# the mixing and completeness checks of lines 774 and 788 are the CRD's CEL rules, checked in the schema pass)
+def _deletion_strategy(spec: dict[str, Any]) -> Iterator[Finding]:
+    strategy = spec.get("deletionStrategy")
+    if not isinstance(strategy, dict):
+        return
+    rules = _l(strategy.get("deletionRules"))
+    legacy = "onSuccess" in strategy or "onFailure" in strategy
+    if rules and spec.get("shutdownAfterJobFinishes") is True:
+        yield Finding(("spec", "deletionStrategy", "deletionRules"), "deletionRules and "
+                      "shutdownAfterJobFinishes: true exclude each other", "deletion-strategy")
+    if legacy and not rules:
+        yield from _legacy_deletion(spec, strategy)
+    elif rules and not legacy:
+        yield from _deletion_rules(spec, rules)
+
+
+# validateLegacyDeletionPolicies, validation.go:928-966 (both onSuccess and onFailure present: CEL)
+def _legacy_deletion(spec: dict[str, Any], strategy: dict[str, Any]) -> Iterator[Finding]:
+    at: Path = ("spec", "deletionStrategy")
+    policies = {}
+    for when in ("onSuccess", "onFailure"):
+        if when not in strategy:
+            return
+        policy = _d(strategy.get(when)).get("policy")
+        if policy is None:
+            yield Finding(at + (when, "policy"), f"deletionStrategy.{when}.policy must be set",
+                          "deletion-strategy")
+        policies[when] = policy
+    selector = bool(_d(spec.get("clusterSelector")))
+    autoscaling = _d(spec.get("rayClusterSpec")).get("enableInTreeAutoscaling") is True
+    for when, policy in policies.items():
+        if selector and policy in ("DeleteCluster", "DeleteWorkers"):
+            yield Finding(at + (when, "policy"), f"{policy} is refused with clusterSelector (the cluster is "
+                          "not the RayJob's)", "deletion-strategy")
+        if autoscaling and policy == "DeleteWorkers":
+            yield Finding(at + (when, "policy"), "DeleteWorkers is refused with enableInTreeAutoscaling",
+                          "deletion-strategy")
+        if spec.get("shutdownAfterJobFinishes") is True and policy == "DeleteNone":
+            yield Finding(at + (when, "policy"), "DeleteNone contradicts shutdownAfterJobFinishes: true",
+                          "deletion-strategy")
+
+
+# validateDeletionRules (validation.go:797-868), validateTTLConsistency (892-925); the condition's
+# one-of and ttlSeconds >= 0 (validateDeletionCondition, 871-888) are the CRD's, checked in the schema pass
+def _deletion_rules(spec: dict[str, Any], rules: list[Any]) -> Iterator[Finding]:
+    selector = bool(_d(spec.get("clusterSelector")))
+    autoscaling = _d(spec.get("rayClusterSpec")).get("enableInTreeAutoscaling") is True
+    by_condition: dict[tuple[str, str], dict[str, int]] = {}
+    for i, rule in enumerate(rules):
+        at: Path = ("spec", "deletionStrategy", "deletionRules", i)
+        policy = _s(_d(rule).get("policy"))
+        condition = _d(_d(rule).get("condition"))
+        if ("jobStatus" in condition) == ("jobDeploymentStatus" in condition):
+            continue
+        if selector and policy in ("DeleteCluster", "DeleteWorkers"):
+            yield Finding(at + ("policy",), f"{policy} is refused with clusterSelector", "deletion-rules")
+            continue
+        if autoscaling and policy == "DeleteWorkers":
+            yield Finding(at + ("policy",), "DeleteWorkers is refused with enableInTreeAutoscaling",
+                          "deletion-rules")
+            continue
+        field = "jobStatus" if "jobStatus" in condition else "jobDeploymentStatus"
+        key = (field, _s(condition.get(field)))
+        ttls = by_condition.setdefault(key, {})
+        if policy in ttls:
+            yield Finding(at, f"a second {policy} rule for {field} {key[1]!r}; each (policy, status) pair "
+                          "may appear once", "deletion-rules")
+            continue
+        ttls[policy] = _i(condition.get("ttlSeconds", 0)) or 0
+    for (field, status), ttls in by_condition.items():
+        ordered = [(p, ttls[p]) for p in ("DeleteWorkers", "DeleteCluster", "DeleteSelf") if p in ttls]
+        for (before, low), (after, high) in zip(ordered, ordered[1:], strict=False):
+            if high < low:
+                yield Finding(("spec", "deletionStrategy", "deletionRules"), f"for {field} {status!r}: "
+                              f"{after} ttlSeconds ({high}) must be >= {before} ttlSeconds ({low})",
+                              "deletion-rules")
+
+
+# ValidateRayJobSpec, validation.go:560-589
+def _job_cluster(spec: dict[str, Any]) -> Iterator[Finding]:
+    selector = _d(spec.get("clusterSelector"))
+    mode = spec.get("submissionMode", "K8sJobMode")
+    backoff = _i(spec.get("backoffLimit", 0)) or 0
+    if not selector and spec.get("rayClusterSpec") is None:
+        yield Finding(("spec",), "a RayJob needs rayClusterSpec or clusterSelector", "job-cluster")
+    if selector:
+        if not _s(selector.get("ray.io/cluster")):
+            yield Finding(("spec", "clusterSelector", "ray.io/cluster"), "clusterSelector needs a non-empty "
+                          "ray.io/cluster (the RayCluster's name)", "job-cluster")
+        if mode == "SidecarMode":
+            yield Finding(("spec", "submissionMode"), "clusterSelector is refused in SidecarMode",
+                          "job-cluster")
+        if backoff > 0:
+            yield Finding(("spec", "backoffLimit"), "backoffLimit > 0 is refused with clusterSelector",
+                          "job-backoff")
+    if mode == "InteractiveMode" and backoff > 0:
+        yield Finding(("spec", "backoffLimit"), "backoffLimit > 0 is refused in InteractiveMode",
+                      "job-backoff")
+    if backoff < 0:
+        yield Finding(("spec", "backoffLimit"), f"backoffLimit must be 0 or more, not {backoff}",
+                      "job-backoff")
+
+
+# ValidateRayJobSpec, validation.go:591-603
+def _sidecar_mode(spec: dict[str, Any]) -> Iterator[Finding]:
+    if spec.get("submissionMode") != "SidecarMode":
+        return
+    for field in ("submitterPodTemplate", "submitterConfig"):
+        if spec.get(field) is not None:
+            yield Finding(("spec", field), f"SidecarMode does not support {field}", "sidecar-mode")
+    head_pod = _d(_d(_d(_d(spec.get("rayClusterSpec")).get("headGroupSpec")).get("template")).get("spec"))
+    if head_pod.get("restartPolicy") not in (None, "", "Never"):
+        yield Finding(("spec", "rayClusterSpec", "headGroupSpec", "template", "spec", "restartPolicy"),
+                      "the head Pod's restartPolicy must be Never or unset in SidecarMode", "sidecar-mode")
+
+
+# ValidateRayJobSpec, validation.go:606-608; ValidateRayServiceSpec, validation.go:681-683
+def _no_k8s_auth(cluster: _Cluster, kind: str) -> Iterator[Finding]:
+    if _d(cluster.spec.get("authOptions")).get("enableK8sTokenAuth") is True:
+        yield Finding(cluster.at + ("authOptions", "enableK8sTokenAuth"), f"K8s token auth is not supported "
+                      f"for a {kind}, only for a RayCluster", "k8s-auth")
+
+
+def _yaml_mapping_problem(text: str) -> str | None:
+    """Go unmarshals these strings into map[string]any: any YAML that is not a mapping (or empty) fails."""
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        return f"is not valid YAML ({str(error).splitlines()[0]})"
+    if loaded is not None and not isinstance(loaded, dict):
+        return f"must be a YAML mapping, not {_JSON_TYPES.get(type(loaded), type(loaded).__name__)}"
+    return None
+
+
+# ValidateRayJobSpec, validation.go:616-618
+# (dashboardclient.UnmarshalRuntimeEnvYAML, dashboard_httpclient.go:382)
+def _runtime_env(spec: dict[str, Any]) -> Iterator[Finding]:
+    problem = _yaml_mapping_problem(_s(spec.get("runtimeEnvYAML")))
+    if problem:
+        yield Finding(("spec", "runtimeEnvYAML"), f"runtimeEnvYAML {problem}", "runtime-env-yaml")
+
+
+# ValidateRayJobSpec, validation.go:619-621 (preRunningDeadlineSeconds >= 1, lines 622-624, is in the CRD)
+def _job_deadlines(spec: dict[str, Any]) -> Iterator[Finding]:
+    deadline = _i(spec.get("activeDeadlineSeconds"))
+    if deadline is not None and deadline <= 0:
+        yield Finding(("spec", "activeDeadlineSeconds"), "activeDeadlineSeconds must be positive, not "
+                      f"{deadline}", "job-deadlines")
+
+
+def _ray_job(manifest: dict[str, Any], name_ok: bool) -> Iterator[Finding]:
+    if name_ok:
+        yield from _name("RayJob", manifest)
+    spec = _d(manifest.get("spec"))
+    for rule in (_job_suspend, _job_ttl, _deletion_strategy, _job_cluster, _sidecar_mode, _runtime_env,
+                 _job_deadlines):
+        yield from rule(spec)
+    if isinstance(spec.get("rayClusterSpec"), dict):
+        annotations = _d(_d(manifest.get("metadata")).get("annotations"))
+        cluster = _Cluster(spec["rayClusterSpec"], ("spec", "rayClusterSpec"), annotations)
+        yield from _no_k8s_auth(cluster, "RayJob")
+        yield from _cluster_findings(cluster)
+        yield from _embedded_upgrade_strategy(cluster, "RayJob")
+
+
+_GO_DURATION = re.compile(r"^[-+]?(0|((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+)$")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _go_duration(text: str) -> float | None:
+    """Seconds in a Go time.ParseDuration string ("5m", "1h30m"), None when Go would not parse it."""
+    if not _GO_DURATION.match(text):
+        return None
+    sign = -1.0 if text.startswith("-") else 1.0
+    parts = re.findall(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)", text)
+    return sign * sum(float(n) * _GO_UNITS[u] for n, u in parts)
+
+
+# validateInitializingTimeout, validation.go:651-678
+def _initializing_timeout(manifest: dict[str, Any]) -> Iterator[Finding]:
+    value = _d(_d(manifest.get("metadata")).get("annotations")).get("ray.io/initializing-timeout")
+    if not isinstance(value, str) or not value:
+        return
+    at: Path = ("metadata", "annotations", "ray.io/initializing-timeout")
+    seconds = _go_duration(value)
+    if seconds is None and re.fullmatch(r"[-+]?\d+", value):
+        seconds = float(int(value))
+    if seconds is None:
+        yield Finding(at, f"{value!r} is neither a Go duration (5m, 1h) nor whole seconds",
+                      "initializing-timeout")
+    elif seconds <= 0:
+        yield Finding(at, f"{value!r} must be positive", "initializing-timeout")
+
+
+# ValidateRayServiceSpec, validation.go:689-705 (the type check of 694-700 is not in the CRD: no enum there)
+def _service_spec(spec: dict[str, Any]) -> Iterator[Finding]:
+    head_service = _d(_d(_d(spec.get("rayClusterConfig")).get("headGroupSpec")).get("headService"))
+    if _d(head_service.get("metadata")).get("name"):
+        yield Finding(("spec", "rayClusterConfig", "headGroupSpec", "headService", "metadata", "name"),
+                      "a RayService's headService must not set metadata.name; KubeRay names it",
+                      "head-service-name")
+    kind = _d(spec.get("upgradeStrategy")).get("type")
+    allowed = ("NewClusterWithIncrementalUpgrade", "NewCluster", "None")
+    if kind is not None and kind not in allowed:
+        yield Finding(("spec", "upgradeStrategy", "type"), f"upgradeStrategy.type {kind!r} is not one of "
+                      f"{', '.join(allowed)}", "upgrade-strategy")
+
+
+# ValidateClusterUpgradeOptions, validation.go:717-749, run when the type is NewClusterWithIncrementalUpgrade
+# (IsIncrementalUpgradeEnabled, util.go:917; its gate RayServiceIncrementalUpgrade is on by default)
+def _incremental_upgrade(spec: dict[str, Any]) -> Iterator[Finding]:
+    strategy = _d(spec.get("upgradeStrategy"))
+    if strategy.get("type") != "NewClusterWithIncrementalUpgrade":
+        return
+    at: Path = ("spec", "upgradeStrategy")
+    if _d(spec.get("rayClusterConfig")).get("enableInTreeAutoscaling") is not True:
+        yield Finding(("spec", "rayClusterConfig", "enableInTreeAutoscaling"),
+                      "NewClusterWithIncrementalUpgrade needs enableInTreeAutoscaling: true",
+                      "incremental-upgrade")
+    options = strategy.get("clusterUpgradeOptions")
+    if not isinstance(options, dict):
+        yield Finding(at + ("clusterUpgradeOptions",), "NewClusterWithIncrementalUpgrade needs "
+                      "clusterUpgradeOptions", "incremental-upgrade")
+        return
+    at += ("clusterUpgradeOptions",)
+    surge = _i(options.get("maxSurgePercent", 100))
+    step = _i(options.get("stepSizePercent"))
+    interval = _i(options.get("intervalSeconds"))
+    if surge is not None and not 0 <= surge <= 100:
+        yield Finding(at + ("maxSurgePercent",), "maxSurgePercent must be between 0 and 100",
+                      "incremental-upgrade")
+    if step is not None and not 0 <= step <= 100:
+        yield Finding(at + ("stepSizePercent",), "stepSizePercent must be between 0 and 100",
+                      "incremental-upgrade")
+    elif step is not None and surge is not None and step > surge:
+        yield Finding(at + ("stepSizePercent",), f"stepSizePercent {step} must be <= maxSurgePercent {surge}",
+                      "incremental-upgrade")
+    if interval is not None and interval <= 0:
+        yield Finding(at + ("intervalSeconds",), "intervalSeconds must be greater than 0",
+                      "incremental-upgrade")
+    if "gatewayClassName" in options and not _s(options.get("gatewayClassName")):
+        yield Finding(at + ("gatewayClassName",), "gatewayClassName must not be empty", "incremental-upgrade")
+
+
+# Not in validation.go: RayServiceReconciler.updateServeDeployment (rayservice_controller.go:1576-1579)
+# unmarshals serveConfigV2 into map[string]any before each PUT, and fails the reconcile when it cannot.
+def _serve_config(spec: dict[str, Any]) -> Iterator[Finding]:
+    problem = _yaml_mapping_problem(_s(spec.get("serveConfigV2")))
+    if problem:
+        yield Finding(("spec", "serveConfigV2"), f"serveConfigV2 {problem}; KubeRay could never apply it",
+                      "serve-config-yaml")
+
+
+def _ray_service(manifest: dict[str, Any], name_ok: bool) -> Iterator[Finding]:
+    if name_ok:
+        yield from _name("RayService", manifest)
+    yield from _initializing_timeout(manifest)
+    spec = _d(manifest.get("spec"))
+    annotations = _d(_d(manifest.get("metadata")).get("annotations"))
+    cluster = _Cluster(_d(spec.get("rayClusterConfig")), ("spec", "rayClusterConfig"), annotations)
+    yield from _no_k8s_auth(cluster, "RayService")
+    yield from _cluster_findings(cluster)
+    yield from _embedded_upgrade_strategy(cluster, "RayService")
+    for rule in (_service_spec, _incremental_upgrade, _serve_config):
+        yield from rule(spec)
+
+
+_OPERATOR: dict[str, Callable[[dict[str, Any], bool], Iterator[Finding]]] = {
+    "RayCluster": _ray_cluster,
+    "RayJob": _ray_job,
+    "RayService": _ray_service,
+}
