@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.providers import PROVIDERS  # noqa: E402
+from orchestrator.providers import PROVIDERS, RAY_UP  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import experiment_schema  # noqa: E402
@@ -32,14 +32,18 @@ NAME_PATTERN = "^[A-Za-z][A-Za-z0-9_-]{0,39}$"
 RESOURCES_FILLED_FROM = {"aws": "InstanceType"}
 NODE_GROUP_PROPS = {
     "instance_type": {"type": "string", "minLength": 1,
-                      "description": "aws InstanceType, gcp machineType, azure vmSize"},
+                      "description": "aws InstanceType, gcp machineType, azure vmSize; kuberay: "
+                                     "the node.kubernetes.io/instance-type the pods run on"},
     "image": {"type": "string", "minLength": 1,
-              "description": "aws ImageId, gcp sourceImage, azure image as publisher:offer:sku:version"},
+              "description": "aws ImageId, gcp sourceImage, azure image as "
+                             "publisher:offer:sku:version; kuberay: the container image"},
     "cpus": {"type": "integer", "minimum": 0, "description": "CPU resource Ray advertises"},
     "gpus": {"type": "integer", "minimum": 0, "description": "GPU resource Ray advertises"},
     "gpu_type": {"type": "string", "minLength": 1,
                  "description": "gcp acceleratorType, e.g. nvidia-tesla-t4"},
     "disk_gb": {"type": "integer", "minimum": 10, "description": "boot disk size"},
+    "memory": {"type": "string", "minLength": 1,
+               "description": "kuberay: the pod's memory request and limit, e.g. 16Gi"},
     "resources": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
     "labels": {"type": "object", "additionalProperties": {"type": "string"}},
 }
@@ -60,7 +64,7 @@ def ray_defaults() -> dict:
 
     root = ray_schema_path().parent
     found = {}
-    for name in sorted(PROVIDERS):
+    for name in sorted(RAY_UP):   # KubeRay's clusters have no defaults.yaml: none laid over
         defaults = yaml.safe_load((root / name / "defaults.yaml").read_text())
         kept = {key: defaults[key] for key in ("head_node_type", "max_workers") if key in defaults}
         if defaults.get("available_node_types"):

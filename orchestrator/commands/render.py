@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from .. import providers
 from ..language.cluster import ClusterSpec
 from ..language.experiment import ExperimentSpec
 from ..language.service import ServiceSpec
@@ -19,15 +20,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def render_document(spec: ClusterSpec | ExperimentSpec | ServiceSpec) -> dict[str, Any]:
-    """What to show for a spec: the Ray cluster config, the job plan, or the Serve config."""
+    """What to show for a spec: the Ray cluster config (on Kubernetes, the RayCluster KubeRay
+    gets), the job plan, or the Serve config."""
     if isinstance(spec, ServiceSpec):
         return render_service(spec)
     if isinstance(spec, ClusterSpec):
-        from ..render.cluster import render_cluster
+        from ..render.cluster import KUBERAY, render_cluster
         from ..state import State, cluster_key
 
         token_file = State.here().secrets.path(cluster_key(spec.name))
-        return render_cluster(spec, token_file=str(token_file)).config
+        config = render_cluster(spec, token_file=str(token_file)).config
+        if providers.get(spec.provider).LAUNCH == KUBERAY:
+            from ..render.kuberay import ray_cluster
+
+            return ray_cluster(config)
+        return config
     from ..contract import CONFIG_ENV
     from ..render.experiment import render_job, ship
 

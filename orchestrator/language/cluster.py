@@ -61,6 +61,15 @@ class ClusterSpec:
     def problem(self, path: FieldPath, message: str, hint: str | None = None) -> Problem:
         return Problem(str(self.path), message, self.line_of(path), None, format_path(path), hint)
 
+    def written_at(self, path: FieldPath) -> FieldPath:
+        """Where the user wrote a field of `document` (`workers.gpu` for a shorthand group)."""
+        path = tuple(path)
+        for length in range(len(path), -1, -1):
+            origin = self.origins.get(path[:length])
+            if origin is not None:
+                return origin + path[length:]
+        return path
+
 
 def _provider_of(data: dict[str, Any]) -> providers.Provider | None:
     provider = data.get("provider")

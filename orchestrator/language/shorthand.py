@@ -29,7 +29,7 @@ def _resources(group: dict[str, Any]) -> dict[str, Any]:
 
 def _node_type(provider: providers.Provider, group: dict[str, Any], head: bool) -> dict[str, Any]:
     node: dict[str, Any] = {"resources": _resources(group), "node_config": {}}
-    if "instance_type" in group:
+    if "instance_type" in group or not provider.INSTANCE_TYPED:
         node["node_config"] = provider.node_config(group)
     if group.get("labels"):
         node["labels"] = dict(group["labels"])

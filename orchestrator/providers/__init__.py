@@ -21,11 +21,12 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..errors import MissingDependency, PreflightError
-from . import aws, azure, gcp, local
+from . import aws, azure, gcp, kuberay, local
 from .base import FAIL, OK, WARN, CheckResult, ClusterView, Provider, RayUpSite
 
-PROVIDERS: dict[str, Provider] = {aws.NAME: aws, gcp.NAME: gcp, azure.NAME: azure, local.NAME: local}
-# The providers launched by `ray up` (LAUNCH "ray-up"): every one today.
+PROVIDERS: dict[str, Provider] = {aws.NAME: aws, gcp.NAME: gcp, azure.NAME: azure, local.NAME: local,
+                                  kuberay.NAME: kuberay}
+# The providers launched by `ray up` (LAUNCH "ray-up"): all but kuberay (KubeRay's operator).
 RAY_UP: dict[str, RayUpSite] = {aws.NAME: aws, gcp.NAME: gcp, azure.NAME: azure, local.NAME: local}
 
 
@@ -61,7 +62,7 @@ def _quiet_sdks() -> None:
     those would reach the terminal. Preflight reports them as results instead."""
     import logging
 
-    for name in ("azure", "botocore", "boto3", "google", "urllib3"):
+    for name in ("azure", "botocore", "boto3", "google", "kubernetes", "urllib3"):
         logger = logging.getLogger(name)
         if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
             logger.addHandler(logging.NullHandler())

@@ -117,6 +117,11 @@ class Provider(Protocol):
         where an autoscaler may add nodes (a run bigger than the nodes up now may still fit)."""
 
     @property
+    def INSTANCE_TYPED(self) -> bool:
+        """A shorthand group names its node's instance type (clouds; `group_problems` requires
+        it), or describes the node by its resources alone (a Kubernetes pod, an on-prem host)."""
+
+    @property
     def LEGACY_KEYS(self) -> tuple[str, ...]:
         """Removed top-level keys Ray still reads for this provider (`problems` checks them)."""
 

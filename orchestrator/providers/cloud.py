@@ -27,6 +27,7 @@ LEGACY_KEYS: tuple[str, ...] = ()
 RAY_REPLACES: tuple[str, ...] = ()
 SCALING_FIELDS: tuple[str, ...] = ()
 FIXED_HOSTS = False   # an autoscaler adds nodes up to the node types' max_workers
+INSTANCE_TYPED = True  # a shorthand group names its instance type
 
 # Ray's defaults (ray/autoscaler/{aws,gcp,azure}/defaults.yaml).
 DEFAULT_START: tuple[tuple[str, ...], tuple[str, ...]] = (
@@ -78,6 +79,9 @@ def group_problems(doc: Document, path: FieldPath, group: Config, name: str,
     problems = []
     if "instance_type" not in group:
         problems.append(doc.problem(path, f"missing 'instance_type', required on provider {name}"))
+    if "memory" in group:
+        problems.append(doc.problem(path + ("memory",), f"memory applies to kuberay only; on "
+                                    f"{name} the instance type decides it"))
     if group.get("gpu_type") and not gpu_type:
         problems.append(doc.problem(path + ("gpu_type",),
                                     "gpu_type applies to gcp only; elsewhere the instance type "

@@ -45,6 +45,7 @@ LAUNCH = cloud.LAUNCH
 RAY_REPLACES = cloud.RAY_REPLACES
 SCALING_FIELDS = cloud.SCALING_FIELDS
 FIXED_HOSTS = cloud.FIXED_HOSTS
+INSTANCE_TYPED = cloud.INSTANCE_TYPED
 DEFAULT_START = cloud.DEFAULT_START
 dashboard_host = cloud.dashboard_host
 tls_names = cloud.tls_names

@@ -36,6 +36,7 @@ HOSTS = ("head_ip", "worker_ips")
 REPLACE_FIELDS = ("provider.head_ip",)
 SCALING_FIELDS = ("provider.worker_ips",)  # the head's autoscaler reads the new list
 FIXED_HOSTS = True   # the listed hosts are all there is
+INSTANCE_TYPED = False
 # Ray's on-prem provider still reads a top-level min_workers (prepare_local); checked below.
 LEGACY_KEYS = ("min_workers",)
 # Ray's prepare_local replaces these with its single node type (it aborts on non-empty node types).

@@ -17,6 +17,8 @@ from .. import providers
 from ..language.cluster import ClusterSpec
 from .harden import Dashboard, harden_ray_config
 
+KUBERAY = "kuberay"   # the launch backend whose clusters KubeRay's operator runs
+
 # orchestrate's code that runs on the head outside jobs (orchestrator/head), mounted where the
 # start command below runs it from, and the watcher it starts after `ray start`.
 HEAD_SOURCE = str(Path(__file__).resolve().parent.parent / "head")
@@ -78,6 +80,8 @@ def with_watcher(config: dict[str, Any], head_source: str = HEAD_SOURCE) -> dict
 def render_cluster(spec: ClusterSpec, *, token_file: str) -> RenderedCluster:
     provider = providers.get(spec.provider)
     config = copy.deepcopy(spec.document)
+    if provider.LAUNCH == KUBERAY:
+        return _kuberay(spec, config)
     base = spec.path.resolve().parent
     mounts = config.get("file_mounts")
     if mounts:
@@ -91,3 +95,19 @@ def render_cluster(spec: ClusterSpec, *, token_file: str) -> RenderedCluster:
     return RenderedCluster(name=spec.name, provider=spec.provider, file=str(spec.path.resolve()),
                            config=hardened, dashboard=dashboard,
                            expected_nodes=provider.expected_nodes(hardened))
+
+
+def _kuberay(spec: ClusterSpec, config: dict[str, Any]) -> RenderedCluster:
+    """A KubeRay cluster keeps its config in Ray's dialect (what plans and records compare);
+    the RayCluster is made from it (render.kuberay), and must be one KubeRay accepts."""
+    from ..errors import SpecError
+    from .kuberay import DASHBOARD_PORT, refused
+
+    problems = [spec.problem(spec.written_at(path), message) for path, message in refused(config)]
+    if problems:
+        raise SpecError(problems)
+    provider = providers.get(spec.provider)
+    return RenderedCluster(name=spec.name, provider=spec.provider, file=str(spec.path.resolve()),
+                           config=config, dashboard=Dashboard(provider.dashboard_host(config, None),
+                                                              DASHBOARD_PORT),
+                           expected_nodes=provider.expected_nodes(config))

@@ -89,6 +89,21 @@ def check_deterministic(text: str, name: str = "doc.yaml") -> dict[str, Any]:
     return first
 
 
+def kuberay_verdict(config: dict[str, Any]) -> str | None:
+    """What Ray's own KubeRay autoscaler config (the head pod's) says of the RayCluster."""
+    from ray.autoscaler._private.kuberay.autoscaling_config import (
+        _derive_autoscaling_config_from_ray_cr,
+    )
+
+    from orchestrator.render.kuberay import ray_cluster
+
+    try:
+        _derive_autoscaling_config_from_ray_cr(ray_cluster(config))
+    except Exception as exc:  # noqa: BLE001 - whatever Ray raises is the verdict
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
 def check_renders(spec: Any) -> None:
     """A valid cluster (or an experiment's or service's cluster) renders to a config that Ray's
     launcher accepts (needs `ray_launcher.ec2_catalogue()` around it for AWS)."""
@@ -104,6 +119,9 @@ def check_renders(spec: Any) -> None:
         config = render_cluster(cluster, token_file="/orchestrate/secrets/token").config
     except Exception as exc:
         raise PropertyFailure(f"a valid cluster did not render: {type(exc).__name__}: {exc}") from exc
-    verdict = ray_verdict(config)
+    if cluster.provider == "kuberay":   # a RayCluster: Ray's autoscaler in the head pod reads it
+        verdict = kuberay_verdict(config)
+    else:
+        verdict = ray_verdict(config)
     if verdict is not None:
         raise PropertyFailure(f"a valid cluster rendered to a config Ray refuses: {verdict}")

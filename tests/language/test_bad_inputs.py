@@ -49,7 +49,7 @@ CASES = {
                                        "min_workers add up to 4, above the cluster's max_workers (3)"),
     "removed-fields.yaml": (3, "head_node", "'head_node' was removed from Ray's cluster YAML"),
     "unsafe-cluster-name.yaml": (1, "cluster_name", "used in shell commands"),
-    "unknown-provider.yaml": (2, "provider.type", "expected one of: aws, azure, gcp, local"),
+    "unknown-provider.yaml": (2, "provider.type", "expected one of: aws, azure, gcp, kuberay, local"),
     "provider-type-list.yaml": (3, "provider.type", "expected a string, got a list"),
     "shorthand-and-node-types.yaml": (4, "available_node_types", "not both"),
     "unknown-kind.yaml": (1, "", "cannot tell what this file is"),

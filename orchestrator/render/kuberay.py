@@ -1,0 +1,162 @@
+"""A KubeRay cluster's config (Ray's dialect, provider `kuberay`) -> the RayCluster KubeRay runs.
+
+    ray_cluster(config) -> dict        the RayCluster resource (ray.io/v1)
+    secret_name(cluster) -> str        the Secret holding the cluster's token (never rendered)
+
+Pure: the same config always gives the same resource. What Ray's own autoscaler reads back from
+it (ray/autoscaler/_private/kuberay/autoscaling_config.py) is the config's node types: each
+group's `resources` (what Ray advertises), min/max replicas, `labels`, and the autoscaler's
+idle timeout and upscaling mode; tests/render/test_kuberay.py holds Ray's reading to the file.
+Every resource is checked against KubeRay's CRD schema and the operator's rules
+(orchestrator.providers.kuberay_check) before anything reaches an API server.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ..providers import kuberay
+
+Config = dict[str, Any]
+
+API_VERSION = "ray.io/v1"
+RAY_VERSION = "2.60.0"          # the Ray orchestrate pins (pyproject.toml's `ray` extra)
+MANAGED_BY = {"app.kubernetes.io/managed-by": "orchestrate"}
+CLUSTER_LABEL = "orchestrate.dev/cluster"
+# The key of the token in the cluster's Secret.
+TOKEN_KEY = "auth_token"
+# The head's ports, named as KubeRay names them (it adds any that are missing; naming them here
+# makes the rendered pod what runs).
+HEAD_PORTS = (("gcs-server", 6379), ("dashboard", 8265), ("client", 10001), ("serve", 8000))
+DASHBOARD_PORT = 8265
+
+
+def secret_name(cluster: str) -> str:
+    return f"orchestrate-{cluster}"   # at most 12 + 47 characters: a valid Secret name
+
+
+def labels(cluster: str) -> dict[str, str]:
+    return {**MANAGED_BY, CLUSTER_LABEL: cluster}
+
+
+def ray_cluster(config: Config) -> Config:
+    name = str(config["cluster_name"])
+    provider = config["provider"]
+    head_type = config["head_node_type"]
+    types = config.get("available_node_types") or {}
+    workers = [(n, t) for n, t in sorted(types.items()) if n != head_type]
+    spec: Config = {
+        "rayVersion": RAY_VERSION,
+        "authOptions": {"mode": "token", "secretName": secret_name(name)},
+        "headGroupSpec": _head(provider, types[head_type]),
+        "workerGroupSpecs": [_workers(provider, n, t, config) for n, t in workers],
+    }
+    if any(_bounds(t, config)[0] != _bounds(t, config)[1] for _, t in workers):
+        spec["enableInTreeAutoscaling"] = True
+        options: Config = {"upscalingMode": "Conservative"
+                           if config.get("upscaling_speed") == kuberay.CONSERVATIVE_SPEED
+                           else "Default"}
+        if config.get("idle_timeout_minutes") is not None:
+            options["idleTimeoutSeconds"] = int(round(float(config["idle_timeout_minutes"]) * 60))
+        spec["autoscalerOptions"] = options
+    return {"apiVersion": API_VERSION, "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": str(provider["namespace"]),
+                         "labels": labels(name)},
+            "spec": spec}
+
+
+def _bounds(node_type: Config, config: Config) -> tuple[int, int]:
+    low = int(node_type.get("min_workers", 0) or 0)
+    high = node_type.get("max_workers")
+    if high is None:
+        high = config.get("max_workers", low)
+    return low, max(low, int(high or 0))
+
+
+def _head(provider: Config, node_type: Config) -> Config:
+    group: Config = {
+        "rayStartParams": {"dashboard-host": "0.0.0.0"},
+        "template": _pod(provider, node_type, "ray-head", HEAD_PORTS),
+    }
+    return {**_ray_side(node_type), **group}
+
+
+def _workers(provider: Config, name: str, node_type: Config, config: Config) -> Config:
+    low, high = _bounds(node_type, config)
+    return {"groupName": name, "replicas": low, "minReplicas": low, "maxReplicas": high,
+            "rayStartParams": {}, **_ray_side(node_type),
+            "template": _pod(provider, node_type, "ray-worker", ())}
+
+
+def _ray_side(node_type: Config) -> Config:
+    """What Ray advertises (the group's `resources`, strings as KubeRay's CRD has them) and
+    its node labels."""
+    side: Config = {}
+    resources = node_type.get("resources") or {}
+    if resources:
+        side["resources"] = {key: str(value) for key, value in sorted(resources.items())}
+    if node_type.get("labels"):
+        side["labels"] = dict(node_type["labels"])
+    return side
+
+
+def _pod(provider: Config, node_type: Config, container: str,
+         ports: tuple[tuple[str, int], ...]) -> Config:
+    node = node_type.get("node_config") or {}
+    resources = node_type.get("resources") or {}
+    amounts: Config = {}
+    if resources.get("CPU"):
+        amounts["cpu"] = str(resources["CPU"])
+    if node.get("memory"):
+        amounts["memory"] = str(node["memory"])
+    limits = dict(amounts)
+    if resources.get("GPU"):
+        limits["nvidia.com/gpu"] = str(resources["GPU"])
+    body: Config = {"name": container, "image": str(node.get("image") or provider["image"])}
+    if amounts or limits:
+        body["resources"] = {key: value for key, value in
+                             (("requests", amounts), ("limits", limits)) if value}
+    if ports:
+        body["ports"] = [{"name": name, "containerPort": port} for name, port in ports]
+    pod: Config = {"containers": [body]}
+    if node.get("node_selector"):
+        pod["nodeSelector"] = dict(node["node_selector"])
+    if node.get("tolerations"):
+        pod["tolerations"] = copy.deepcopy(node["tolerations"])
+    return {"spec": pod}
+
+
+def source_path(config: Config, path: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """Where in the cluster file a field of its RayCluster comes from, for messages."""
+    head = config["head_node_type"]
+    workers = [n for n in sorted(config.get("available_node_types") or {}) if n != head]
+    if path[:2] == ("spec", "headGroupSpec"):
+        return ("available_node_types", head)
+    if path[:2] == ("spec", "workerGroupSpecs") and len(path) > 2 and \
+            isinstance(path[2], int) and path[2] < len(workers):
+        return ("available_node_types", workers[path[2]])
+    if path[:2] == ("metadata", "namespace"):
+        return ("provider", "namespace")
+    if path[:1] == ("metadata",):
+        return ("cluster_name",)
+    if path[:2] == ("spec", "autoscalerOptions"):
+        return ("idle_timeout_minutes",) if "idle_timeout_minutes" in config else ()
+    return ("provider",)
+
+
+def refused(config: Config) -> list[tuple[tuple[str | int, ...], str]]:
+    """What KubeRay would refuse in the config's RayCluster: (where in the cluster file, what),
+    the RayCluster's own field named in each message."""
+    from ..providers.kuberay_check import findings
+
+    manifest = ray_cluster(config)
+    return [(source_path(config, finding.path),
+             f"RayCluster {_dotted(finding.path)}: {finding.message}")
+            for finding in findings(manifest)]
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
