@@ -2,8 +2,9 @@
 
     backend(cluster, state, progress) -> LaunchBackend     the one place a backend is built
 
-`cluster` is a spec or a record: its provider's `LAUNCH` names the backend. One today:
-`ray_up` (`ray up`/`down` over SSH, `ssh -L` forwards, `ray attach`/`rsync`, `exec` over ssh).
+`cluster` is a spec or a record: its provider's `LAUNCH` names the backend: `ray_up` (`ray up`/
+`down` over SSH, `ssh -L` forwards, `ray attach`/`rsync`, `exec` over ssh) and `kuberay` (a
+RayCluster through the Kubernetes API, port-forwards to the head pod).
 """
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from .. import providers
 from ..state import State
 from ..util.progress import Progress, silent
 from .base import LaunchBackend
+from .kuberay import KubeRay
 from .ray_up import RayUp
 
 __all__ = ["BACKENDS", "LaunchBackend", "backend"]
 
-BACKENDS = {RayUp.NAME: RayUp}
+BACKENDS: dict[str, type[RayUp] | type[KubeRay]] = {RayUp.NAME: RayUp, KubeRay.NAME: KubeRay}
 
 
 class Cluster(Protocol):

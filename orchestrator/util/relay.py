@@ -14,6 +14,7 @@ import contextlib
 import os
 import socket
 import threading
+from collections.abc import Callable
 
 from .listeners import peer_uid
 
@@ -21,9 +22,11 @@ CHUNK = 65536
 
 
 class Relay:
-    def __init__(self, target: str, *, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(self, target: str | Callable[[], socket.socket], *, port: int = 0,
+                 host: str = "127.0.0.1") -> None:
         """Bind `host:port` now (OSError if taken); connections go to the Unix socket
-        `target` once `start()` is called."""
+        `target` once `start()` is called, or to what `target()` connects for each (a
+        Kubernetes port-forward's stream: OSError when it cannot)."""
         self.target = target
         self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -77,12 +80,10 @@ class Relay:
         if os.path.exists("/proc/net/tcp") and peer_uid(address, server) != os.getuid():
             _close(client)
             return
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            upstream.connect(self.target)
+            upstream = self._connect()
         except OSError:
             _close(client)
-            _close(upstream)
             return
         with self._lock:
             if self._closed.is_set():
@@ -98,6 +99,18 @@ class Relay:
             self._open.difference_update((client, upstream))
         _close(client)
         _close(upstream)
+
+
+    def _connect(self) -> socket.socket:
+        if callable(self.target):
+            return self.target()
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(self.target)
+        except OSError:
+            _close(upstream)
+            raise
+        return upstream
 
 
 def _pipe(source: socket.socket, sink: socket.socket) -> None:
