@@ -599,6 +599,7 @@ class FakeKube:
     def _routes_of(self, app: web.Application) -> None:
         r = app.router
         r.add_get("/version", self._version)
+        r.add_get("/version/", self._version)   # what VersionApi asks
         r.add_get("/apis/ray.io/v1", self._discovery)
         r.add_get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", self._crds)
         r.add_get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", self._crd)
