@@ -95,6 +95,14 @@ def _wait(api, plural: str, name: str, done, timeout: float = 5) -> dict:
     raise AssertionError(f"{plural}/{name} did not get there in {timeout} s")
 
 
+def _eventually(check, timeout: float = 2) -> None:
+    """Poll check() until it holds: the fake's timers are scaled, not exact."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "never came"
+        time.sleep(0.01)
+
+
 def _api_error(call, *args, **kwargs):
     from kubernetes.client.exceptions import ApiException
 
@@ -197,11 +205,11 @@ def test_raycluster_create_get_list_patch_replace_delete(kube, api):
     deleted = custom.delete_namespaced_custom_object(*RAY, "rayclusters", "c1")
     assert (deleted["kind"], deleted["status"], deleted["details"]["name"]) == (
         "Status", "Success", "c1")
-    time.sleep(0.3)
+    _eventually(lambda: kube.objects("rayclusters") == {})
     error, body = _api_error(custom.get_namespaced_custom_object, *RAY, "rayclusters", "c1")
     assert (error.status, body["reason"], body["details"]["kind"]) == (404, "NotFound",
                                                                         "rayclusters")
-    assert kube.objects("pods") == {} and kube.objects("services") == {}
+    _eventually(lambda: kube.objects("pods") == {} and kube.objects("services") == {})
 
 
 def test_operator_steps_a_raycluster_to_ready_and_follows_its_replicas(kube, api):
@@ -229,9 +237,8 @@ def test_operator_steps_a_raycluster_to_ready_and_follows_its_replicas(kube, api
     scaled = _wait(api, "rayclusters", "c1", lambda o: o["status"]["observedGeneration"] == 2
                    and o["status"]["desiredWorkerReplicas"] == 1)
     assert _state(scaled) == "ready"
-    time.sleep(0.1)
-    workers = _core(api).list_namespaced_pod(NS, label_selector="ray.io/node-type=worker").items
-    assert len(workers) == 1
+    _eventually(lambda: len(_core(api).list_namespaced_pod(
+        NS, label_selector="ray.io/node-type=worker").items) == 1)
 
 
 def test_a_missing_auth_secret_keeps_the_cluster_from_ready(kube, api):
@@ -308,8 +315,8 @@ def test_rayjob_runs_to_complete_and_its_cluster_goes_after_the_ttl(kube, api):
     assert (submitted["entrypoint"], submitted["runtimeEnvYAML"], submitted["submissionMode"],
             submitted["entrypointNumCpus"]) == ("python -c 'print(1)'", "pip: [requests]\n",
                                                 "HTTPMode", 1)
-    time.sleep(0.3)   # 60 s, scaled
-    assert kube.objects("rayclusters") == {} and kube.objects("pods") == {}
+    # 60 s, scaled
+    _eventually(lambda: kube.objects("rayclusters") == {} and kube.objects("pods") == {})
     assert "j1" in kube.objects("rayjobs")
 
 
@@ -318,7 +325,7 @@ def test_a_failed_rayjob_follows_its_deletion_rules(kube, api):
     custom = _custom(api)
     rules = [{"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED"}},
              {"policy": "DeleteWorkers", "condition": {"jobStatus": "FAILED", "ttlSeconds": 0}},
-             {"policy": "DeleteSelf", "condition": {"jobStatus": "FAILED", "ttlSeconds": 100}}]
+             {"policy": "DeleteSelf", "condition": {"jobStatus": "FAILED", "ttlSeconds": 300}}]
     custom.create_namespaced_custom_object(*RAY, "rayjobs", _job(
         "j2", jobId="my-id", deletionStrategy={"deletionRules": rules}))
     failed = _wait(api, "rayjobs", "j2", lambda o: (o.get("status") or {}).get(
@@ -326,12 +333,13 @@ def test_a_failed_rayjob_follows_its_deletion_rules(kube, api):
     assert failed["status"]["jobStatus"] == "FAILED" and failed["status"]["jobId"] == "my-id"
     cluster = failed["status"]["rayClusterName"]
     # DeleteWorkers at once: the cluster stays, its workers go
-    time.sleep(0.08)
+    _eventually(lambda: not kube.objects("pods", NS).keys() - {
+        kube.objects("rayclusters")[cluster]["status"]["head"]["podName"]})
     kept = kube.objects("rayclusters")[cluster]
     assert kept["spec"]["workerGroupSpecs"][0]["suspend"] is True
-    # DeleteSelf after 100 s (scaled): the job goes, and its cluster with it
-    time.sleep(0.35)
-    assert kube.objects("rayjobs") == {} and kube.objects("rayclusters") == {}
+    assert "j2" in kube.objects("rayjobs")
+    # DeleteSelf after 300 s (scaled): the job goes, and its cluster with it
+    _eventually(lambda: kube.objects("rayjobs") == {} and kube.objects("rayclusters") == {})
     assert kube.submitted("j2")["jobId"] == "my-id"
 
 
