@@ -47,14 +47,28 @@ def _no_new_threads(before: set[threading.Thread]) -> None:
     assert not left, f"threads left behind: {left}"
 
 
+def _sockets() -> set[str]:
+    """This process's open sockets (by inode)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            found.add(target)
+    return found
+
+
 @pytest.fixture
 def kube():
-    """A fake with a fast operator; after the test, its thread and listener are gone (and
-    the port-forward threads of the client)."""
-    before = set(threading.enumerate())
+    """A fake with a fast operator; after the test, its thread, its listener and every socket
+    of the test (the client's too: the `api` fixture closes it first) are gone."""
+    before, sockets = set(threading.enumerate()), _sockets()
     with FakeKube(step=0.02, delete_delay=0.02) as fake:
         yield fake
     _no_new_threads(before)
+    assert _sockets() <= sockets, "sockets left open"
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", fake.port), timeout=1):
         pass
 
@@ -67,7 +81,17 @@ def api(kube, tmp_path):
     client = kubernetes.config.new_client_from_config(
         config_file=str(kube.kubeconfig(tmp_path / "kubeconfig")), context="fake")
     yield client
+    _close(client)
+
+
+def _close(client) -> None:
+    """ApiClient.close() ends its thread pool only, and urllib3 2's PoolManager.clear() drops
+    its pools without closing them: each pool is closed here, or its connections stay open."""
     client.close()
+    pools = client.rest_client.pool_manager.pools
+    for key in list(pools.keys()):
+        pools[key].close()
+    client.rest_client.pool_manager.clear()
 
 
 def _custom(api):
@@ -135,7 +159,7 @@ def test_kubeconfig_is_private_and_every_request_needs_the_token(kube, api, tmp_
         error, _ = _api_error(_core(wrong).list_namespaced_secret, NS)
         assert error.status == 401
     finally:
-        wrong.close()
+        _close(wrong)
     # what the fake keeps of each request leaves the token out
     assert kube.requests and all("authorization" not in {h.lower() for h in r.headers}
                                  for r in kube.requests)
@@ -390,7 +414,7 @@ def test_without_kuberay_the_crds_and_the_api_are_absent(tmp_path):
                                       "rayclusters", _cluster())
                 assert error.status == 404
             finally:
-                api.close()
+                _close(api)
     _no_new_threads(before)
 
 
