@@ -12,6 +12,12 @@ resources a KubeRay launcher uses, with the bodies and errors the real server se
             config_file=str(kube.kubeconfig(tmp_path / "kubeconfig")), context="fake")
         kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
             "ray.io", "v1", "default", "rayclusters", body)
+        ...
+        close_client(api)       # or its connections stay open
+
+    kube.route("c1", 8265, ("127.0.0.1", dashboard_port))   # port-forwards to c1's head reach it
+    kube.fail_job("j1")                                      # the RayJob j1 will fail
+    kube.objects("rayjobs"), kube.submitted("j1"), kube.requests   # what a test asserts on
 
 What it implements:
 - bearer-token authentication on every request (401 with a `Status` body otherwise);
@@ -431,6 +437,14 @@ class FakeKube:
             yaml.safe_dump(config, f)
         os.chmod(path, 0o600)
         return path
+
+    def client(self, folder: str | os.PathLike, *, context: str = "fake"):
+        """The real client for this server, built as a launcher builds it: from a kubeconfig
+        file (written into folder). Close it with close_client()."""
+        import kubernetes
+
+        path = self.kubeconfig(Path(folder) / "kubeconfig", context=context)
+        return kubernetes.config.new_client_from_config(config_file=str(path), context=context)
 
     def objects(self, plural: str, namespace: str = "default") -> dict[str, Json]:
         """A copy of the stored objects of a kind in a namespace, by name."""
@@ -1442,6 +1456,17 @@ class FakeKube:
                       if not pending else "PendingClusterExists", "", generation)]
         self._set_status("rayservices", namespace, service, status)
         return False
+
+
+def close_client(client) -> None:
+    """Close a kubernetes ApiClient for good. ApiClient.close() ends its thread pool only, and
+    urllib3 2's PoolManager.clear() drops its pools without closing them: each pool is closed
+    here, or its connections stay open."""
+    client.close()
+    pools = client.rest_client.pool_manager.pools
+    for key in list(pools.keys()):
+        pools[key].close()
+    client.rest_client.pool_manager.clear()
 
 
 def free_port() -> int:

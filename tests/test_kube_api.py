@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from tests.kube_api import FakeKube, json_patch, merge_patch, parse_selector, selected
+from tests.kube_api import FakeKube, close_client, json_patch, merge_patch, parse_selector, selected
 
 NS = "default"
 RAY = ("ray.io", "v1", NS)
@@ -76,22 +76,9 @@ def kube():
 @pytest.fixture
 def api(kube, tmp_path):
     """The real client, built from the kubeconfig file the fake wrote."""
-    import kubernetes
-
-    client = kubernetes.config.new_client_from_config(
-        config_file=str(kube.kubeconfig(tmp_path / "kubeconfig")), context="fake")
+    client = kube.client(tmp_path)
     yield client
-    _close(client)
-
-
-def _close(client) -> None:
-    """ApiClient.close() ends its thread pool only, and urllib3 2's PoolManager.clear() drops
-    its pools without closing them: each pool is closed here, or its connections stay open."""
-    client.close()
-    pools = client.rest_client.pool_manager.pools
-    for key in list(pools.keys()):
-        pools[key].close()
-    client.rest_client.pool_manager.clear()
+    close_client(client)
 
 
 def _custom(api):
@@ -159,7 +146,7 @@ def test_kubeconfig_is_private_and_every_request_needs_the_token(kube, api, tmp_
         error, _ = _api_error(_core(wrong).list_namespaced_secret, NS)
         assert error.status == 401
     finally:
-        _close(wrong)
+        close_client(wrong)
     # what the fake keeps of each request leaves the token out
     assert kube.requests and all("authorization" not in {h.lower() for h in r.headers}
                                  for r in kube.requests)
@@ -394,14 +381,12 @@ def test_rayservice_runs_its_applications(kube, api):
 
 
 def test_without_kuberay_the_crds_and_the_api_are_absent(tmp_path):
-    import kubernetes
     from kubernetes import client
 
     before = set(threading.enumerate())
     for installed in (True, False):
         with FakeKube(kuberay=installed, step=0.02) as fake:
-            api = kubernetes.config.new_client_from_config(
-                config_file=str(fake.kubeconfig(tmp_path / "kubeconfig")), context="fake")
+            api = fake.client(tmp_path)
             try:
                 crds = client.ApiextensionsV1Api(api)
                 if installed:
@@ -414,7 +399,7 @@ def test_without_kuberay_the_crds_and_the_api_are_absent(tmp_path):
                                       "rayclusters", _cluster())
                 assert error.status == 404
             finally:
-                _close(api)
+                close_client(api)
     _no_new_threads(before)
 
 
@@ -504,3 +489,47 @@ def test_label_selectors():
                            ("a", True), ("!a", False), ("env in (dev, prod)", True),
                            ("env notin (prod)", False), ("missing", False), ("", True)]:
         assert selected(obj, parse_selector(text), {}) is expected, text
+
+
+def test_status_subresource_writes_status_only(kube, api):
+    custom = _custom(api)
+    custom.create_namespaced_custom_object(*RAY, "rayclusters", _cluster(suspend=True))
+    patched = custom.patch_namespaced_custom_object_status(
+        *RAY, "rayclusters", "c1", {"status": {"reason": "by hand"}, "spec": {"rayVersion": "x"}})
+    assert patched["status"]["reason"] == "by hand" and "rayVersion" not in patched["spec"]
+    assert patched["metadata"]["generation"] == 1
+    assert custom.get_namespaced_custom_object_status(*RAY, "rayclusters", "c1")["status"][
+        "reason"] == "by hand"
+
+
+def test_pods_watch_as_models_and_a_deleted_head_pod_comes_back(kube, api):
+    """The client turns pod events into V1Pod models (the fake's pods must carry every field
+    the models require); KubeRay replaces a head pod that goes."""
+    from kubernetes import watch
+
+    _custom(api).create_namespaced_custom_object(*RAY, "rayclusters", _cluster(workers=0))
+    stream = watch.Watch()
+    for event in stream.stream(_core(api).list_namespaced_pod, NS,
+                               label_selector="ray.io/node-type=head", timeout_seconds=5):
+        if event["object"].status.phase == "Running":
+            stream.stop()
+            first = event["object"].metadata.name
+            break
+    else:
+        raise AssertionError("no head pod ran")
+    deleted = _core(api).delete_namespaced_pod(first, NS)
+    assert deleted.metadata.name == first and deleted.metadata.deletion_timestamp is not None
+    _eventually(lambda: (kube.objects("rayclusters")["c1"]["status"].get("head") or {}).get(
+        "podName") not in (None, first))
+
+
+def test_discovery_and_crd_list(kube, api):
+    from kubernetes import client
+
+    found = api.call_api("/apis/ray.io/v1", "GET", auth_settings=["BearerToken"],
+                         response_types_map={200: "object"}, _return_http_data_only=True)
+    assert {r["name"] for r in found["resources"]} >= {"rayclusters", "rayjobs", "rayservices",
+                                                       "rayjobs/status"}
+    names = [c.metadata.name for c in
+             client.ApiextensionsV1Api(api).list_custom_resource_definition().items]
+    assert names == ["rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io"]
