@@ -49,15 +49,8 @@ def _no_new_threads(before: set[threading.Thread]) -> None:
 
 def _sockets() -> set[str]:
     """This process's open sockets (by inode)."""
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:"):
-            found.add(target)
-    return found
+    return {target for fd in os.listdir("/proc/self/fd")
+            if (target := _link(fd)).startswith("socket:")}
 
 
 @pytest.fixture
@@ -68,9 +61,25 @@ def kube():
     with FakeKube(step=0.02, delete_delay=0.02) as fake:
         yield fake
     _no_new_threads(before)
-    assert _sockets() <= sockets, "sockets left open"
+    left = _sockets() - sockets
+    assert not left, f"sockets left open: {_described(left)}"
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", fake.port), timeout=1):
         pass
+
+
+def _described(inodes: set[str]) -> list[str]:
+    import gc
+
+    fds = {fd for fd in os.listdir("/proc/self/fd") if _link(fd) in inodes}
+    return [repr(o) for o in gc.get_objects()
+            if isinstance(o, socket.socket) and str(o.fileno()) in fds]
+
+
+def _link(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
 
 
 @pytest.fixture
@@ -419,6 +428,18 @@ def test_watch_from_a_resource_version_sends_only_what_came_after(kube, api):
     assert ("ADDED", "new") in events and ("ADDED", "old") not in events
 
 
+def _end(forward) -> None:
+    """The client's port-forward thread returns without closing its websocket when the server
+    closed it first (here: the HTTP/1.0 server closed the connection, so the fake closed the
+    websocket); its socket would stay open until garbage collection. Closed here, once the
+    thread is done."""
+    deadline = time.monotonic() + 3
+    while any(t.name.startswith("Kubernetes port forward proxy") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the port-forward thread did not end"
+        time.sleep(0.01)
+    forward.websocket.shutdown()
+
+
 class _Echo(socketserver.ThreadingTCPServer):
     daemon_threads = True
     block_on_close = True
@@ -533,3 +554,45 @@ def test_discovery_and_crd_list(kube, api):
     names = [c.metadata.name for c in
              client.ApiextensionsV1Api(api).list_custom_resource_definition().items]
     assert names == ["rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io"]
+
+
+def test_http_through_a_port_forward(kube, api):
+    """What a test of the launcher does to reach a local Ray dashboard: HTTP over the socket
+    of a port-forward (one forward per connection, as with the real client)."""
+    import http.client
+    import http.server
+
+    from kubernetes.stream import portforward
+
+    class Version(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            body = json.dumps({"path": self.path}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    dashboard = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Version)
+    server = threading.Thread(target=dashboard.serve_forever, daemon=True)
+    server.start()
+    try:
+        kube.route("*", 8265, dashboard.server_address)   # every head pod's 8265
+        _custom(api).create_namespaced_custom_object(*RAY, "rayclusters", _cluster(workers=0))
+        head = _wait(api, "rayclusters", "c1", lambda o: _state(o) == "ready")["status"]["head"]
+        forward = portforward(_core(api).connect_get_namespaced_pod_portforward,
+                              head["podName"], NS, ports="8265")
+        connection = http.client.HTTPConnection("127.0.0.1", 8265, timeout=5)
+        connection.sock = forward.socket(8265)
+        connection.request("GET", "/api/version")
+        response = connection.getresponse()
+        assert (response.status, json.loads(response.read())) == (200, {"path": "/api/version"})
+        connection.close()
+        _end(forward)
+    finally:
+        dashboard.shutdown()
+        dashboard.server_close()
+        server.join(2)
