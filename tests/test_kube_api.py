@@ -216,10 +216,19 @@ def test_raycluster_create_get_list_patch_replace_delete(kube, api):
     error, body = _api_error(custom.replace_namespaced_custom_object, *RAY, "rayclusters", "c1",
                              unconditional)
     assert (error.status, body["reason"]) == (422, "Invalid")
-    current = custom.get_namespaced_custom_object(*RAY, "rayclusters", "c1")
-    current["spec"]["rayVersion"] = "2.51.0"
-    current["status"] = {"state": "made-up"}   # the main resource does not write status
-    replaced = custom.replace_namespaced_custom_object(*RAY, "rayclusters", "c1", current)
+    # the operator writes status meanwhile: a replace may conflict, and is tried again
+    from kubernetes.client.exceptions import ApiException
+
+    for _ in range(20):
+        current = custom.get_namespaced_custom_object(*RAY, "rayclusters", "c1")
+        current["spec"]["rayVersion"] = "2.51.0"
+        current["status"] = {"state": "made-up"}   # the main resource does not write status
+        try:
+            replaced = custom.replace_namespaced_custom_object(*RAY, "rayclusters", "c1",
+                                                               current)
+            break
+        except ApiException as e:
+            assert e.status == 409
     assert replaced["spec"]["rayVersion"] == "2.51.0" and _state(replaced) != "made-up"
     # delete answers a Status; the object has a deletionTimestamp, then goes
     deleted = custom.delete_namespaced_custom_object(*RAY, "rayclusters", "c1")
