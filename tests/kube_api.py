@@ -23,10 +23,11 @@ What it implements:
 - bearer-token authentication on every request (401 with a `Status` body otherwise);
 - core v1 namespaces (get, list; a fixed set), secrets (`stringData` folded into base64
   `data`), services, pods: create, get, list (label and `metadata.name` field selectors),
-  replace, patch, delete, and watch for pods;
+  replace, patch, delete, and watch (pods, services, secrets);
 - ray.io/v1 rayclusters, rayjobs, rayservices: create, get, list, replace (resourceVersion
   required, as for every custom resource, and 409 when stale), patch (merge patch, RFC 7386;
-  JSON patch, RFC 6902; strategic merge patch is taken as a merge patch), delete (the object
+  JSON patch, RFC 6902; a strategic merge patch is refused with 415, as for any custom
+  resource, while for core objects it is taken as a plain merge patch), delete (the object
   gets a deletionTimestamp and goes after `delete_delay`, as if a finalizer ran), the `status`
   subresource, and watch (`watch=true`: newline-delimited JSON events, chunked, until
   `timeoutSeconds`, from `resourceVersion` when given);
@@ -35,16 +36,27 @@ What it implements:
   `/version` and discovery of `/apis/ray.io/v1`;
 - a kubelet of sorts: a pod runs (phase Running, Ready, a podIP) one step after it is created,
   unless it needs a Secret that does not exist (`CreateContainerConfigError`, as kubelet says);
-- a KubeRay operator stepping RayCluster, RayJob and RayService status as v1.7.0 does (see
-  `_step_cluster`, `_step_job`, `_step_service`), one step every `step` seconds;
+- a KubeRay operator stepping RayCluster, RayJob and RayService through the states and status
+  fields of v1.7.0's types (see `_step_cluster`, `_step_job`, `_step_service`), one step every
+  `step` seconds. It is a model, not KubeRay's code: the order of the states and the fields are
+  KubeRay's, the timing and the exact reasons and messages are the fake's. A RayCluster whose
+  `authOptions` name a token Secret (mode `token`) mounts it in its pods, so without that
+  Secret its head pod waits (CreateContainerConfigError) and it never becomes ready;
 - pod port-forward over a websocket (`v4.channel.k8s.io`), each forwarded port connected to a
   real loopback TCP target the test names with `route()`.
 
 What it does not: no admission (no schema validation of custom resources, no webhooks, no
 KubeRay validation rules), no RBAC, no scheduling or resources, no real containers (a test runs
 a RayJob's entrypoint itself, from `submitted()`), no batch Jobs (a RayJob's K8sJobMode
-submitter is not created), no pagination, no server-side apply, no TLS. It listens on 127.0.0.1
-only.
+submitter is not created), no pagination, no server-side apply, no TLS, no 410 Gone for old
+resource versions (the event log is kept whole). It listens on 127.0.0.1 only.
+
+Worth knowing of the real client (36.0.3), which the fake answers as the real server would:
+CustomObjectsApi.patch_* sends application/merge-patch+json whatever the body (a JSON patch
+needs `_content_type="application/json-patch+json"`), CoreV1Api.patch_* sends a dict as
+application/strategic-merge-patch+json; ApiClient.close() leaves its HTTP connections open
+(close_client() closes them); a port-forward is one TCP connection to the target per forwarded
+port, for as long as the websocket lasts.
 """
 from __future__ import annotations
 
