@@ -207,6 +207,15 @@ def test_raycluster_create_get_list_patch_replace_delete(kube, api):
                                      "value": "2.50.0"}],
         _content_type="application/json-patch+json")
     assert patched["spec"]["rayVersion"] == "2.50.0"
+    # without it, the list goes as a merge patch, which must be an object
+    error, body = _api_error(custom.patch_namespaced_custom_object, *RAY, "rayclusters", "c1",
+                             [{"op": "remove", "path": "/spec/rayVersion"}])
+    assert (error.status, body["reason"]) == (400, "BadRequest")
+    assert kube.requests[-1].headers["Content-Type"] == "application/merge-patch+json"
+    # a custom resource takes no strategic merge patch
+    error, _ = _api_error(custom.patch_namespaced_custom_object, *RAY, "rayclusters", "c1",
+                          {"spec": {}}, _content_type="application/strategic-merge-patch+json")
+    assert error.status == 415
     # replace: a stale resourceVersion is a conflict, none at all is invalid for a custom object
     stale = dict(created, spec=dict(created["spec"], rayVersion="1"))
     error, body = _api_error(custom.replace_namespaced_custom_object, *RAY, "rayclusters", "c1",
