@@ -77,6 +77,11 @@ def keep_logs(record: ClusterRecord, config: dict[str, Any], state: State, progr
     at = time.time()
     target = head_archive.destination(config, reason, at)
     backend = launch.backend(record, state, progress)
+    if not backend.SHELL_ON_HEAD:   # no orchestrate tools on the head (a KubeRay pod)
+        progress("  archiving through the Job API")
+        target = _from_here(record, config, state, reason, at)
+        remember(record.name, target)
+        return target
     code = backend.exec(record, head_command(reason, at), tty=False)
     if code == NO_ARCHIVER:
         progress("  the head has no archiver (launched before there was one): archiving "

@@ -68,7 +68,7 @@ def _tell(opened: dashboard.Opened, form: str) -> None:
         print(opened.url)
     sys.stdout.flush()
     info(f"Ray dashboard of {opened.target} at {opened.url}"
-         + (" (an SSH forward to the head)" if opened.forwarded else ""))
+         + (" (forwarded to the head)" if opened.forwarded else ""))
     if opened.browser == "opening":
         info("opening your browser with a one-time sign-in link")
     elif opened.browser != "--no-browser":

@@ -92,12 +92,20 @@ def _money(price: dict[str, Any] | None, key: str) -> str:
         else money(price.get(key)).removesuffix("/h")
 
 
+def _via(provider: str) -> str:
+    """How the head is reached, in a word (`ssh`, `port-forward`)."""
+    from .. import launch, providers
+
+    return launch.BACKENDS[providers.get(provider).LAUNCH].VIA
+
+
 def _print_clusters(rows: list[dict[str, Any]]) -> None:
     table = []
     for row in rows:
         live = row["live"]
         nodes = live.get("nodes_alive") if live["reachable"] else "-"
-        where = row["address"] or (f"ssh {row['head_ip']}" if row["head_ip"] else "-")
+        where = row["address"] or (f"{_via(row['provider'])} {row['head_ip']}"
+                                   if row["head_ip"] else "-")
         verdict = "ok" if live["reachable"] else (live.get("error") or "unreachable")
         price = row.get("price")
         table.append([row["name"], row["provider"], row["state"], nodes, _resources(live),

@@ -63,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
     if record.address:
         info(f"  job submission address: {record.address}")
     else:
-        info(f"  dashboard on the head's loopback; reach it through `orchestrate` commands "
-             f"(an SSH forward to {record.head_ip})")
+        from .. import launch
+
+        info(f"  dashboard reached through `orchestrate` commands "
+             f"({launch.backend(record, State.here()).FORWARD} at {record.head_ip})")
     return 0
 
 

@@ -22,6 +22,19 @@ from ..state import ClusterRecord
 
 
 class LaunchBackend(Protocol):
+    @property
+    def FORWARD(self) -> str:
+        """How `forward` reaches the head, for messages: "an SSH forward"."""
+
+    @property
+    def VIA(self) -> str:
+        """The same in a word, for tables: "ssh"."""
+
+    @property
+    def SHELL_ON_HEAD(self) -> bool:
+        """`exec`/`output`/`rsync` work, so orchestrate's head tools (the log archiver) can run
+        there; without them the logs are archived through the Job API."""
+
     # --- up and down (orchestrator.cluster.apply) ---
     def launch(self, name: str, provider: str, config_file: Path, *, restart: bool,
                timeout: float) -> None:

@@ -38,6 +38,9 @@ Config = dict[str, Any]
 
 class KubeRay:
     NAME = "kuberay"
+    FORWARD = "a port-forward to the head pod"
+    VIA = "port-forward"
+    SHELL_ON_HEAD = False
 
     def __init__(self, state: State, progress: Progress) -> None:
         self.state = state
@@ -64,10 +67,10 @@ class KubeRay:
         try:
             yield CustomObjectsApi(client), CoreV1Api(client)
         finally:
-            client.close()
+            provider_module.close(client)
 
-    def _log_line(self, name: str, text: str) -> None:
-        path = self.log_path(name, "up")
+    def _log_line(self, name: str, text: str, action: str = "up") -> None:
+        path = self.log_path(name, action)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         with open(fd, "a") as log:
@@ -192,7 +195,7 @@ class KubeRay:
                     else:
                         core.delete_namespaced_secret(secret, namespace)
                     self._log_line(name, f"deleted {what} {namespace}/"
-                                         f"{name if what == 'RayCluster' else secret}")
+                                         f"{name if what == 'RayCluster' else secret}", "down")
                 except ApiException as exc:
                     if exc.status != 404:
                         raise
@@ -245,23 +248,29 @@ class KubeRay:
                 raise ClusterError(f"cluster {record.name} has no head pod running in "
                                    f"{namespace}", hint="`orchestrate status` says more")
             head = running[0]
+            streams: list[Any] = []
 
             def connect() -> socket.socket:
                 try:
                     stream = portforward(core.connect_get_namespaced_pod_portforward, head,
                                          namespace, ports=str(remote_port))
-                    # its socket pair's end, which the stream's own thread pumps
-                    return cast(socket.socket, stream.socket(remote_port))
                 except Exception as exc:  # noqa: BLE001 - websocket and API errors alike
                     raise OSError(str(exc)) from None
+                streams.append(stream)
+                # its socket pair's end, which the stream's own thread pumps
+                return cast(socket.socket, stream.socket(remote_port))
 
             try:
                 relay = Relay(connect, port=local_port or 0)
             except OSError as exc:
                 raise ClusterError(f"port {local_port} on 127.0.0.1 is taken ({exc.strerror})",
                                    hint="choose another port") from None
-            with relay.start():
-                yield relay.port
+            try:
+                with relay.start():
+                    yield relay.port
+            finally:
+                for stream in streams:   # the client's thread leaves a websocket the server
+                    _shut(stream)        # closed first open until garbage collection
 
     def attach(self, record: ClusterRecord, options: list[str]) -> int:
         raise self._by_hand(record, "a shell on the head", "exec -it {pod} -- bash")
@@ -286,6 +295,14 @@ class KubeRay:
               "ray.io/node-type=head -o name)"
         return ClusterError(f"{what} is not built for KubeRay clusters yet",
                             hint=f"kubectl -n {namespace} {kubectl.format(pod=pod)}")
+
+
+def _shut(stream: Any) -> None:
+    try:
+        stream.close()
+        stream.websocket.shutdown()
+    except Exception:  # noqa: BLE001, S110 - closing what may be closed already
+        pass
 
 
 def _condition_text(status: Config) -> str:

@@ -152,6 +152,9 @@ class RayUp:
     """
 
     NAME = "ray-up"
+    FORWARD = "an SSH forward"
+    VIA = "ssh"
+    SHELL_ON_HEAD = True
 
     def __init__(self, state: State, progress: Progress) -> None:
         self.state = state

@@ -178,12 +178,11 @@ def node_price(config: Config, name: str, node_type: Config) -> NodePrice:
 
 
 def price_warning(config: Config, name: str, node_type: Config) -> str | None:
-    return (f"available_node_types.{name}: a pod has no list price (what it costs is the "
-            "Kubernetes node it runs on)")
+    return None   # said once, by price_source: a warning per node type would say it again
 
 
 def price_source(config: Config) -> str:
-    return "no list prices for Kubernetes pods"
+    return "no list prices for Kubernetes pods: what a pod costs is the node it runs on"
 
 
 # --- preflight ---
@@ -202,6 +201,16 @@ def api_client(provider: Config) -> Any:
         raise MissingDependency("kubernetes", EXTRA) from None
     return kube_config.new_client_from_config(config_file=kubeconfig_file(),
                                               context=provider.get("context"))
+
+
+def close(client: Any) -> None:
+    """Close a client for good: ApiClient.close() ends its thread pool only, and urllib3 2's
+    PoolManager.clear() drops its pools without closing their connections."""
+    client.close()
+    manager = client.rest_client.pool_manager
+    for key in list(manager.pools.keys()):
+        manager.pools[key].close()
+    manager.clear()
 
 
 def credentials() -> CheckResult:
@@ -244,6 +253,7 @@ def check(spec: ClusterView) -> list[CheckResult]:
 
     try:
         crds = ApiextensionsV1Api(client)
+        missing, old = [], []
         for crd in CRDS:
             try:
                 served = [v.name for v in crds.read_custom_resource_definition(crd).spec.versions
@@ -251,16 +261,21 @@ def check(spec: ClusterView) -> list[CheckResult]:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-                checks.fail("kuberay", f"the CRD {crd} is not installed: KubeRay's operator is "
-                            "not on this Kubernetes cluster", "install it: helm install "
-                            "kuberay-operator kuberay/kuberay-operator (v1.7.0 or newer)",
-                            ("provider", "type"))
+                missing.append(crd)
                 continue
             if "v1" not in served:
-                checks.fail("kuberay", f"the CRD {crd} serves {', '.join(served)}, not v1",
-                            "upgrade KubeRay to v1.7.0 or newer", ("provider", "type"))
-            else:
-                checks.ok("kuberay", f"{crd} (v1) installed", ("provider", "type"))
+                old.append(f"{crd} serves {', '.join(served)}")
+        if missing:
+            checks.fail("kuberay", f"KubeRay's operator is not on this Kubernetes cluster: "
+                        f"{', '.join(missing)} not installed", "install it: helm install "
+                        "kuberay-operator kuberay/kuberay-operator (v1.7.0 or newer)",
+                        ("provider", "type"))
+        elif old:
+            checks.fail("kuberay", f"KubeRay is older than v1: {'; '.join(old)}",
+                        "upgrade KubeRay to v1.7.0 or newer", ("provider", "type"))
+        else:
+            checks.ok("kuberay", f"KubeRay's CRDs installed ({', '.join(CRDS)}, v1)",
+                      ("provider", "type"))
         try:
             CoreV1Api(client).read_namespace(namespace)
             checks.ok("namespace", f"namespace {namespace} exists", ("provider", "namespace"))
@@ -279,5 +294,5 @@ def check(spec: ClusterView) -> list[CheckResult]:
                     f"{str(exc).splitlines()[0][:200]}", "check the kubeconfig's server",
                     ("provider",))
     finally:
-        client.close()
+        close(client)
     return checks.results

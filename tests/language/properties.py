@@ -119,9 +119,7 @@ def check_renders(spec: Any) -> None:
         config = render_cluster(cluster, token_file="/orchestrate/secrets/token").config
     except Exception as exc:
         raise PropertyFailure(f"a valid cluster did not render: {type(exc).__name__}: {exc}") from exc
-    if cluster.provider == "kuberay":   # a RayCluster: Ray's autoscaler in the head pod reads it
-        verdict = kuberay_verdict(config)
-    else:
-        verdict = ray_verdict(config)
+    # a KubeRay cluster's RayCluster is read by Ray's autoscaler in the head pod
+    verdict = kuberay_verdict(config) if cluster.provider == "kuberay" else ray_verdict(config)
     if verdict is not None:
         raise PropertyFailure(f"a valid cluster rendered to a config Ray refuses: {verdict}")

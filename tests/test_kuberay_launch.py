@@ -1,0 +1,195 @@
+"""`check`, `up`, `status` and `down` of a KubeRay cluster file, through the real `kubernetes`
+client, against tests/kube_api.py: a loopback HTTP server speaking the Kubernetes REST API with
+a fake KubeRay operator. The API server is faked at the wire because none can run on these
+machines (no package ships kube-apiserver, no container engine runs); everything of ours, and the
+client, is real. Without a Ray behind the head pod's port-forward these `up`s do not wait for
+Ray's nodes (--no-wait); tests/test_kuberay_ray.py routes the forward to a real local Ray."""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.errors import ClusterError
+from orchestrator.launch.kuberay import KubeRay
+from orchestrator.render.kuberay import ray_cluster, secret_name
+from orchestrator.state import State, cluster_key
+from tests.kube_api import FakeKube
+
+NAMESPACE = "ml"
+FILE = """cluster_name: kr
+provider: {type: kuberay, namespace: ml, image: rayproject/ray:2.60.0}
+head: {cpus: 1, memory: 2Gi}
+workers:
+  w: {cpus: 2, memory: 4Gi, min_workers: 1, max_workers: 3}
+"""
+
+
+@pytest.fixture
+def kube(tmp_path, monkeypatch):
+    with FakeKube(namespaces=("default", NAMESPACE), step=0.02, delete_delay=0.02) as fake:
+        monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig(tmp_path / "kubeconfig")))
+        yield fake
+
+
+def cluster_file(tmp_path: Path, text: str = FILE) -> Path:
+    path = tmp_path / "kr.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_check_asks_the_api_server_for_kuberay_and_the_namespace(kube, tmp_path, capsys):
+    assert main(["check", str(cluster_file(tmp_path)), "--format", "json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    text = json.dumps(results)
+    assert "KubeRay's CRDs installed" in text and "namespace ml exists" in text
+
+
+def test_check_says_kuberay_is_missing_and_where(tmp_path, monkeypatch, capsys):
+    with FakeKube(namespaces=("default",), kuberay=False) as fake:
+        monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig(tmp_path / "kubeconfig")))
+        assert main(["check", str(cluster_file(tmp_path)), "--format", "json"]) == 1
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    results = {r["name"]: r for r in json.loads(out.out)["files"][0]["checks"]}
+    assert "rayclusters.ray.io, rayjobs.ray.io, rayservices.ray.io not installed" in \
+        results["kuberay"]["detail"] and "helm install" in results["kuberay"]["hint"]
+    assert (results["kuberay"]["field"], results["kuberay"]["line"]) == ("provider.type", 2)
+    assert results["namespace"]["detail"] == "namespace ml does not exist"
+    assert results["namespace"]["status"] == "fail"
+
+
+def test_up_writes_the_token_secret_first_then_the_raycluster_and_down_removes_both(
+        kube, tmp_path, capsys):
+    path = cluster_file(tmp_path)
+    assert main(["up", str(path), "--no-wait", "-y"]) == 0
+    out = capsys.readouterr()
+    token = State.here().secrets.read(cluster_key("kr"))
+    secret = kube.objects("secrets", NAMESPACE)[secret_name("kr")]
+    assert base64.b64decode(secret["data"]["auth_token"]).decode() == token
+    cluster = kube.objects("rayclusters", NAMESPACE)["kr"]
+    assert cluster["spec"] == ray_cluster(State.here().store.read_rendered("kr"))["spec"]
+    assert cluster["status"]["state"] == "ready"
+    # the Secret was there before the RayCluster asked for it, and the token went nowhere else
+    posts = [r.path for r in kube.requests if r.method == "POST"]
+    assert posts.index(f"/api/v1/namespaces/{NAMESPACE}/secrets") < \
+        posts.index(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters")
+    carrying = [r.path for r in kube.requests if token in r.body
+                or base64.b64encode(token.encode()).decode() in r.body]
+    assert carrying == [f"/api/v1/namespaces/{NAMESPACE}/secrets"]
+    assert token not in out.out + out.err
+    assert "RayCluster kr: ready, 1/1 workers ready" in out.err
+    record = State.here().store.read_cluster("kr")
+    assert record.state == "up" and record.head_ip == cluster["status"]["head"]["podIP"]
+    assert record.tunneled
+    log = (State.here().store.workspace("kr") / "up.log").read_text()
+    assert "created RayCluster ml/kr" in log and token not in log
+
+    assert main(["down", "kr", "-y"]) == 0
+    assert kube.objects("rayclusters", NAMESPACE) == {}
+    assert kube.objects("secrets", NAMESPACE) == {}
+    assert State.here().store.read_cluster("kr") is None
+
+
+def test_up_refuses_to_take_over_a_raycluster_it_did_not_make(kube, tmp_path, capsys):
+    client = kube.client(tmp_path)
+    from kubernetes.client import CustomObjectsApi
+
+    try:
+        CustomObjectsApi(client).create_namespaced_custom_object(
+            "ray.io", "v1", NAMESPACE, "rayclusters",
+            {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+             "metadata": {"name": "kr", "namespace": NAMESPACE},
+             "spec": {"headGroupSpec": {"template": {"spec": {"containers": [
+                 {"name": "ray-head", "image": "x"}]}}}}})
+    finally:
+        from tests.kube_api import close_client
+
+        close_client(client)
+    assert main(["up", str(cluster_file(tmp_path)), "--no-wait", "-y"]) == 1
+    err = capsys.readouterr().err
+    assert "exists that orchestrate did not create" in err and "Traceback" not in err
+    assert kube.objects("rayclusters", NAMESPACE)["kr"]["spec"]["headGroupSpec"][
+        "template"]["spec"]["containers"][0]["image"] == "x"
+
+
+def rendered(tmp_path: Path, text: str) -> Path:
+    from orchestrator.language.cluster import load_cluster
+    from orchestrator.render.cluster import render_cluster
+
+    config = render_cluster(load_cluster(cluster_file(tmp_path, text)), token_file="-").config
+    return State.here().store.write_rendered("kr", config)
+
+
+def head_pods(kube: FakeKube) -> set[str]:
+    return {name for name, pod in kube.objects("pods", NAMESPACE).items()
+            if pod["metadata"]["labels"].get("ray.io/node-type") == "head"}
+
+
+def test_an_in_place_update_keeps_the_pods_and_a_restart_makes_new_ones(kube, tmp_path):
+    State.here().secrets.ensure(cluster_key("kr"))
+    backend = KubeRay(State.here(), lambda _: None)
+    backend.launch("kr", "kuberay", rendered(tmp_path, FILE), restart=True, timeout=30)
+    first = head_pods(kube)
+    backend.launch("kr", "kuberay", rendered(tmp_path, FILE.replace("max_workers: 3",
+                                                                    "max_workers: 5")),
+                   restart=False, timeout=30)
+    assert head_pods(kube) == first
+    assert kube.objects("rayclusters", NAMESPACE)["kr"]["spec"]["workerGroupSpecs"][0][
+        "maxReplicas"] == 5
+    backend.launch("kr", "kuberay", rendered(tmp_path, FILE.replace("memory: 2Gi",
+                                                                    "memory: 3Gi")),
+                   restart=True, timeout=30)
+    assert head_pods(kube) and head_pods(kube).isdisjoint(first)
+
+
+def test_a_cluster_that_never_gets_ready_times_out_with_what_kuberay_said(kube, tmp_path):
+    """Without its token's Secret the head pod cannot start (kubelet: CreateContainerConfigError):
+    the wait ends with the operator's reason, not a hang."""
+    backend = KubeRay(State.here(), lambda _: None)
+    backend._put_secret = lambda *args: None   # as if the Secret had not been written
+    State.here().secrets.ensure(cluster_key("kr"))
+    with pytest.raises(ClusterError) as caught:
+        backend.launch("kr", "kuberay", rendered(tmp_path, FILE), restart=True, timeout=1)
+    assert "was not ready within 1 s" in caught.value.message
+    assert secret_name("kr") in caught.value.message
+    assert "kubectl -n ml describe raycluster kr" in caught.value.hint
+
+
+def test_the_head_is_reached_through_a_port_forward(kube, tmp_path):
+    import socketserver
+    import threading
+    import urllib.request
+
+    class Hello(socketserver.StreamRequestHandler):
+        def handle(self):
+            self.rfile.readline()
+            self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+
+    with socketserver.TCPServer(("127.0.0.1", 0), Hello) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        kube.route("kr", 8265, server.server_address)
+        State.here().secrets.ensure(cluster_key("kr"))
+        backend = KubeRay(State.here(), lambda _: None)
+        backend.launch("kr", "kuberay", rendered(tmp_path, FILE), restart=True, timeout=30)
+        from orchestrator.state import ClusterRecord
+
+        record = ClusterRecord(name="kr", provider="kuberay", file="", config_hash="",
+                               state="up", head_ip="10.0.0.1", dashboard_host="127.0.0.1",
+                               dashboard_port=8265)
+        with backend.forward(record, 8265, timeout=10) as port, \
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:
+            assert answer.read() == b"hello"
+        server.shutdown()
+
+
+def test_hands_on_commands_say_what_kubectl_does_instead(kube, tmp_path, capsys):
+    assert main(["up", str(cluster_file(tmp_path)), "--no-wait", "-y"]) == 0
+    capsys.readouterr()
+    assert main(["exec", "kr", "hostname"]) == 1
+    err = capsys.readouterr().err
+    assert "not built for KubeRay clusters yet" in err
+    assert "kubectl -n ml exec" in err and "Traceback" not in err
