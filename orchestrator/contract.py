@@ -28,6 +28,11 @@ RAY_PYTHON = ('ray_python=$(sed -n "1s/^#![[:space:]]*//p" "$(command -v ray)" 2
               'case "$VIRTUAL_ENV" in */runtime_resources/*) [ -x "$VIRTUAL_ENV/bin/python" ] && '
               'ray_python="$VIRTUAL_ENV/bin/python";; esac; ')
 ENTRYPOINT = RAY_PYTHON + f"exec $ray_python -m {WORKLOAD_MODULE}"
+# A RayJob's: KubeRay's submitter puts the entrypoint into a bash line unquoted, and `ray job
+# submit` joins its words again with list2cmdline (Windows quoting): a shell line such as
+# ENTRYPOINT's cannot survive both. In Ray's images `python` is the Python that runs Ray (and in a
+# `pip:` runtime env, the virtualenv's, activated for the entrypoint).
+IMAGE_ENTRYPOINT = f"python -m {WORKLOAD_MODULE}"
 WORKER_SETUP = f"{WORKLOAD_MODULE}.worker.setup"   # runtime_env worker_process_setup_hook
 # The experiment's secret variables reach the job as this module (one `VALUES` dict), shipped in
 # py_modules beside orchestrate's package rather than in the runtime_env's env_vars, which Ray

@@ -52,6 +52,29 @@ def build() -> dict:
             "name": NAME,
             "cluster": {"type": "string", "minLength": 1,
                         "description": "path to a cluster YAML; omitted: the embedded Ray (on this machine)"},
+            "own_cluster": {
+                "type": "object", "additionalProperties": False, "required": ["package_store"],
+                "description": "run on a cluster of its own, made from the `cluster` file (a "
+                               "KubeRay cluster) for this run and deleted after it: a RayJob",
+                "properties": {
+                    "package_store": {
+                        "type": "string", "pattern": "^(s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?|"
+                                                     "gs://[a-z0-9][a-z0-9._-]{1,61}[a-z0-9](/.*)?|"
+                                                     "file:///.*)$",
+                        "x-message": "expected s3://bucket/prefix, gs://bucket/prefix or "
+                                     "file:///folder",
+                        "description": "where `run` puts the job's code (its working_dir and "
+                                       "orchestrate's package, as zip files named by their "
+                                       "content) for the cluster to fetch: KubeRay's submitter "
+                                       "cannot reach this machine"},
+                    "delete_after_seconds": {
+                        "type": "integer", "minimum": 0, "default": 0,
+                        "description": "how long the cluster stays after the job succeeds"},
+                    "keep_failed_seconds": {
+                        "type": "integer", "minimum": 0, "default": 3600,
+                        "description": "how long the cluster of a failed job stays, to look "
+                                       "into (its head's logs and dashboard)"},
+                }},
             "trainer": {"type": "string", "enum": trainers.names()},
             "profiling": {"type": "boolean", "default": False, "description": (
                 "the embedded Ray starts with its dashboard's profiling on (CPU flame graphs, "

@@ -193,3 +193,76 @@ def test_hands_on_commands_say_what_kubectl_does_instead(kube, tmp_path, capsys)
     err = capsys.readouterr().err
     assert "not built for KubeRay clusters yet" in err
     assert "kubectl -n ml exec" in err and "Traceback" not in err
+
+
+# --- an experiment on a cluster of its own: a RayJob ---
+
+def own_cluster_experiment(tmp_path: Path, **own) -> Path:
+    import shutil
+
+    repo = Path(__file__).resolve().parents[1]
+    cluster_file(tmp_path)
+    (tmp_path / "data").mkdir(exist_ok=True)
+    shutil.copy(repo / "experiments" / "data" / "breast_cancer_train.csv", tmp_path / "data")
+    store = tmp_path / "store"
+    settings = ", ".join(f"{k}: {v}" for k, v in {"package_store": f"file://{store}", **own}.items())
+    path = tmp_path / "e.yaml"
+    path.write_text(f"""name: tiny
+cluster: kr.yaml
+own_cluster: {{{settings}}}
+trainer: xgboost
+datasets: {{train: {{format: csv, path: data/breast_cancer_train.csv}}}}
+label_column: target
+params: {{objective: "binary:logistic"}}
+num_boost_round: 2
+scaling_config: {{num_workers: 1}}
+run_config: {{storage_path: s3://bucket/results}}
+""")
+    return path
+
+
+@pytest.fixture
+def quick_jobs(monkeypatch):
+    import orchestrator.launch.kuberay as backend
+
+    monkeypatch.setattr(backend, "JOB_POLL_S", 0.02)
+
+
+def test_run_on_its_own_cluster_stores_the_code_makes_a_rayjob_and_follows_it(
+        kube, tmp_path, capsys, quick_jobs):
+    import zipfile
+
+    path = own_cluster_experiment(tmp_path)   # its file:// store inside its working_dir
+    assert main(["run", str(path)]) == 0
+    err = capsys.readouterr().err
+    (job,) = kube.objects("rayjobs", NAMESPACE).values()
+    name = job["metadata"]["name"]
+    assert f"submitted RayJob ml/{name}" in err and "Complete (SUCCEEDED)" in err
+    assert "secret" not in json.dumps(kube.submitted(name, NAMESPACE)).lower()
+    env = __import__("yaml").safe_load(job["spec"]["runtimeEnvYAML"])
+    stored = {p.name for p in (tmp_path / "store").iterdir()}
+    assert {Path(env["working_dir"]).name, Path(env["py_modules"][0]).name} == stored
+    with zipfile.ZipFile(tmp_path / "store" / Path(env["py_modules"][0]).name) as package:
+        assert "orchestrate/orchestrator/workload/__init__.py" in package.namelist()
+    with zipfile.ZipFile(tmp_path / "store" / Path(env["working_dir"]).name) as code:
+        assert "working_dir/data/breast_cancer_train.csv" in code.namelist()
+    token = State.here().secrets.read(cluster_key("kr"))
+    assert base64.b64decode(kube.objects("secrets", NAMESPACE)[secret_name("kr")]["data"][
+        "auth_token"]).decode() == token
+    assert [r.path for r in kube.requests if token in r.body] == [
+        f"/api/v1/namespaces/{NAMESPACE}/secrets"]
+
+    # the same experiment again: its RayJob is found, not made twice, nor its code stored again
+    assert main(["run", str(path), "--detach"]) == 0
+    err = capsys.readouterr().err
+    assert "exists already" in err and "in the store already" in err
+    assert len(kube.objects("rayjobs", NAMESPACE)) == 1
+
+
+def test_a_failed_rayjob_fails_the_run_and_says_where_to_look(kube, tmp_path, capsys,
+                                                               quick_jobs):
+    kube.job_outcome = lambda name: "FAILED"
+    assert main(["run", str(own_cluster_experiment(tmp_path, keep_failed_seconds=600))]) == 1
+    err = capsys.readouterr().err
+    assert "ended FAILED" in err and "kubectl -n ml logs job/tiny-" in err
+    assert "kept 600 s to look into" in err and "Traceback" not in err

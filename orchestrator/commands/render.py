@@ -38,6 +38,11 @@ def render_document(spec: ClusterSpec | ExperimentSpec | ServiceSpec) -> dict[st
     from ..contract import CONFIG_ENV
     from ..render.experiment import render_job, ship
 
+    if "own_cluster" in spec.document:   # a RayJob (orchestrator.jobs.rayjob)
+        from ..jobs import rayjob
+
+        shipped = ship(spec)
+        return rayjob.manifest(spec, render_job(spec, shipped), shipped)
     plan = render_job(spec, ship(spec))
     shown = plan.as_dict()
     env = dict(shown["runtime_env"]["env_vars"])
@@ -54,7 +59,7 @@ def render_document(spec: ClusterSpec | ExperimentSpec | ServiceSpec) -> dict[st
 def render_service(spec: ServiceSpec) -> dict[str, Any]:
     """Serve's config for the service: the checkpoint it would serve now (if this machine knows
     one), the token's hash and orchestrate's package shown as what they stand for."""
-    from ..errors import SpecError
+    from ..errors import Problem, SpecError
     from ..jobs.serve import checkpoint_of
     from ..render import service
     from ..state import State
@@ -63,12 +68,44 @@ def render_service(spec: ServiceSpec) -> dict[str, Any]:
         checkpoint = checkpoint_of(spec, State.here())
     except SpecError:
         checkpoint = f"<the {spec.checkpoint or 'given'} checkpoint of the model's latest run>"
+    kuberay = spec.cluster is not None and providers.get(spec.cluster.provider).LAUNCH == "kuberay"
+    store = spec.document.get("package_store")
+    package = {}
+    if kuberay and store:   # a RayService: the package where the cluster fetches it
+        from ..render.packages import uris
+
+        package["package_uri"] = uris(store, None)["orchestrate"]
     application = service.render_application(spec, checkpoint=checkpoint,
                                              token_sha256=None if spec.document.get("auth") == "none"
-                                             else "<sha256 of the service's token>")
-    head = spec.cluster.document.get("provider", {}).get("head_ip") if spec.cluster else None
+                                             else "<sha256 of the service's token>", **package)
     port = spec.document.get("http_port", service.DEFAULT_PORT)
+    if kuberay:
+        from ..render.cluster import render_cluster
+        from ..render.kuberay import findings_at, ray_service
+
+        assert spec.cluster is not None
+        resource = ray_service(application, render_cluster(spec.cluster, token_file="-").config,
+                               port)
+        refused = findings_at(resource)
+        if refused:
+            raise SpecError([Problem(str(spec.path), line) for line in refused])
+        return resource
+    head = spec.cluster.document.get("provider", {}).get("head_ip") if spec.cluster else None
     return service.render_config(application, service.http_options(head or "127.0.0.1", port))
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (a RayJob's runtimeEnvYAML, a RayService's serveConfigV2) as the
+    blocks they are, not as one escaped line."""
+
+
+def _block(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
+    style = "|" if "\n" in text and not text.endswith((" ", "\t")) and \
+        " \n" not in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _block)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,6 +115,6 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         emit_json(document)
     else:
-        print(yaml.safe_dump(json.loads(json.dumps(document)), sort_keys=False,
-                             default_flow_style=False, width=100), end="")
+        print(yaml.dump(json.loads(json.dumps(document)), Dumper=_Dumper, sort_keys=False,
+                        default_flow_style=False, width=100), end="")
     return 0

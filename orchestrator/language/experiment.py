@@ -175,11 +175,33 @@ def build_experiment(doc: Document, path: Path, *, here: bool = True) -> Experim
     problems += environment.problems(doc, base, working_dir, remote="cluster" in data)
     cluster, cluster_problems = cluster_of(doc, data, base, here)
     problems += cluster_problems + _profiling_problems(doc, data, cluster)
+    problems += _own_cluster_problems(doc, data, cluster)
     if problems:
         raise SpecError(problems)
     return ExperimentSpec(path=path, name=data["name"], trainer=data["trainer"], document=data,
                           working_dir=working_dir, cluster=cluster, source=doc,
                           environment=environment.resolve(doc, base, working_dir))
+
+
+def _own_cluster_problems(doc: Document, data: dict[str, Any],
+                          cluster: ClusterSpec | None) -> list[Problem]:
+    """A cluster of its own is a RayJob: KubeRay makes the cluster from the cluster file."""
+    if "own_cluster" not in data:
+        return []
+    from .. import providers
+
+    if cluster is None or providers.get(cluster.provider).LAUNCH != "kuberay":
+        return [doc.problem(("own_cluster",), "own_cluster needs a KubeRay cluster file in "
+                            "`cluster` (provider type kuberay): the run becomes a RayJob")]
+    found = []
+    secrets = [name for name, value in (environment.section(data).get("env_vars") or {}).items()
+               if isinstance(value, dict)]
+    for key in ([("runtime_env", "env_vars", secrets[0])] if secrets else []) + \
+            ([("tracking",)] if data.get("tracking") else []):
+        found.append(doc.problem(key, "a RayJob cannot carry secrets (from_env) or tracking "
+                                 "yet", "run it on the cluster (remove own_cluster), or leave "
+                                 "them out"))
+    return found
 
 
 def load_experiment(path: str | Path, *, here: bool = True) -> ExperimentSpec:

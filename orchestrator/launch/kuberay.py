@@ -32,7 +32,11 @@ from ..state import ClusterRecord, State, cluster_key
 from ..util.progress import Progress
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
+JOBS = "rayjobs"
 POLL_S = 0.5
+JOB_POLL_S = float(os.environ.get("ORCHESTRATE_RAYJOB_POLL_S", "2"))
+# KubeRay's jobDeploymentStatus once nothing more will happen to the job
+JOB_ENDED = ("Complete", "Failed", "ValidationFailed")
 Config = dict[str, Any]
 
 
@@ -221,6 +225,48 @@ class KubeRay:
             action, action)
         return f"KubeRay ({verb} through the Kubernetes API" + \
             (", its pods kept)" if in_place else ")")
+
+    # --- a run on a cluster of its own: a RayJob ---
+
+    def submit_job(self, cluster: str, config: Config, manifest: Config) -> bool:
+        """The token's Secret of the cluster file (the RayJob's cluster runs with its token),
+        then the RayJob; False when that RayJob exists already (the same submission)."""
+        from kubernetes.client.exceptions import ApiException
+
+        namespace = manifest["metadata"]["namespace"]
+        name = manifest["metadata"]["name"]
+        with self._api(config) as (custom, core), _api_errors(f"RayJob {name}"):
+            self._put_secret(core, cluster, namespace)
+            try:
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, manifest)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                return False
+        return True
+
+    def follow_job(self, config: Config, name: str, *, timeout: float | None = None) -> Config:
+        """The RayJob's status once its job ended (SUCCEEDED, FAILED, STOPPED) or its
+        deployment failed; each new state said once."""
+        namespace = str(config["provider"]["namespace"])
+        deadline = None if timeout is None else time.monotonic() + timeout
+        said = ""
+        with self._api(config) as (custom, _), _api_errors(f"RayJob {name}"):
+            while True:
+                status = custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, JOBS, name).get("status") or {}
+                deployment = status.get("jobDeploymentStatus") or "New"
+                job = status.get("jobStatus") or ""
+                now = f"  RayJob {name}: {deployment}" + (f" ({job})" if job else "")
+                if now != said:
+                    self.progress(now)
+                    said = now
+                if deployment in JOB_ENDED or job in ("SUCCEEDED", "FAILED", "STOPPED"):
+                    return dict(status)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise ClusterError(f"RayJob {namespace}/{name} did not end within "
+                                       f"{timeout:.0f} s")
+                time.sleep(JOB_POLL_S)
 
     # --- reaching a cluster that is up ---
 

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -955,6 +956,27 @@ def _runtime_env(spec: dict[str, Any]) -> Iterator[Finding]:
         yield Finding(("spec", "runtimeEnvYAML"), f"runtimeEnvYAML {problem}", "runtime-env-yaml")
 
 
+# Not a rule of validation.go, but of the K8sJobMode submitter (common/job.go:89-212): its
+# command is one string run by `/bin/bash -ce`, with the runtime env as JSON in double quotes
+# (Go's strconv.Quote, which escapes `"` and `\` only) and the entrypoint as written. In double
+# quotes bash still expands `$` and backquotes, and `!` in an interactive shell: a runtime env
+# holding them reaches Ray changed. (An entrypoint is the job's own shell line: quoting it is its
+# author's business; orchestrate's is quoted.)
+def _submitter_quoting(spec: dict[str, Any]) -> Iterator[Finding]:
+    text = _s(spec.get("runtimeEnvYAML"))
+    try:
+        loaded = yaml.safe_load(text) if text else None
+    except yaml.YAMLError:
+        return   # _runtime_env says so
+    as_json = json.dumps(loaded) if loaded is not None else ""
+    bad = sorted({c for c in as_json if c in "$`"})
+    if bad and spec.get("submissionMode", "K8sJobMode") == "K8sJobMode":
+        yield Finding(("spec", "runtimeEnvYAML"), "KubeRay's submitter hands the runtime env "
+                      "to bash in double quotes, where " + " and ".join(repr(c) for c in bad) +
+                      " would be expanded: leave them out of env_vars and the config",
+                      "submitter-quoting")
+
+
 # ValidateRayJobSpec, validation.go:619-621 (preRunningDeadlineSeconds >= 1, lines 622-624, is in the CRD)
 def _job_deadlines(spec: dict[str, Any]) -> Iterator[Finding]:
     deadline = _i(spec.get("activeDeadlineSeconds"))
@@ -968,6 +990,7 @@ def _ray_job(manifest: dict[str, Any], name_ok: bool) -> Iterator[Finding]:
         yield from _name("RayJob", manifest)
     spec = _d(manifest.get("spec"))
     for rule in (_job_suspend, _job_ttl, _deletion_strategy, _job_cluster, _sidecar_mode, _runtime_env,
+                 _submitter_quoting,
                  _job_deadlines):
         yield from rule(spec)
     if isinstance(spec.get("rayClusterSpec"), dict):

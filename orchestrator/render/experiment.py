@@ -287,9 +287,10 @@ def _with_digest(requirement: str, shipped: WorkingDir | None) -> str:
 
 def ship(spec: ExperimentSpec) -> WorkingDir:
     """The files of the working_dir the job will carry: all but orchestrate's default excludes,
-    the experiment's `runtime_env.excludes`, the run's own storage_path and ORCHESTRATE_HOME
-    (tokens, what this machine ran) when they lie inside, and what .gitignore / .rayignore files
-    leave out (as Ray does). The one place this layer reads files; an input of `render_job`."""
+    the experiment's `runtime_env.excludes`, the run's own storage_path, a RayJob's file://
+    package store and ORCHESTRATE_HOME (tokens, what this machine ran) when they lie inside,
+    and what .gitignore / .rayignore files leave out (as Ray does). The one place this layer
+    reads files; an input of `render_job`."""
     import os
 
     from ..state.folder import home
@@ -297,6 +298,9 @@ def ship(spec: ExperimentSpec) -> WorkingDir:
     storage = resolve_config(spec)["run_config"].get("storage_path")
     extra = list((spec.document.get("runtime_env") or {}).get("excludes") or [])
     inside = [storage] if storage and not is_uri(storage) else []
+    store = str((spec.document.get("own_cluster") or {}).get("package_store") or "")
+    if store.startswith("file://"):   # a RayJob's package store: never inside its own zip
+        inside.append(urllib.parse.urlparse(store).path)
     excludes = excludes_for(spec.working_dir, extra, [*inside, str(home())])
     return scan(spec.working_dir, excludes,
                 include_gitignore=os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1")

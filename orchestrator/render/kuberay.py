@@ -13,9 +13,17 @@ Every resource is checked against KubeRay's CRD schema and the operator's rules
 from __future__ import annotations
 
 import copy
-from typing import Any
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from ..providers import kuberay
+
+if TYPE_CHECKING:
+    from ..contract import JobConfig
+    from .experiment import JobPlan
 
 Config = dict[str, Any]
 
@@ -160,3 +168,104 @@ def _dotted(path: tuple[str | int, ...]) -> str:
     for part in path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
+
+
+# --- a run on a cluster of its own (RayJob), a service (RayService) ---
+
+# KubeRay's limit on a RayJob's and a RayService's name (validation.go: their clusters' names
+# are derived from them); a DNS-1035 label: it starts with a letter.
+RESOURCE_NAME_LIMIT = 47
+
+
+def resource_name(name: str, submission_id: str = "") -> str:
+    """`name` as a RayJob or RayService name; with a submission id, its hash ends it (one
+    RayJob per submission, as the Job API has one job)."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "run"
+    if not slug[0].isalpha():
+        slug = f"o-{slug}"
+    suffix = submission_id.rsplit("-", 1)[-1] if submission_id else ""
+    room = RESOURCE_NAME_LIMIT - (len(suffix) + 1 if suffix else 0)
+    slug = slug[:room].rstrip("-")
+    return f"{slug}-{suffix}" if suffix else slug
+
+
+def job_runtime_env(runtime_env: Config, uris: Mapping[str, str]) -> Config:
+    """The job's runtime_env with its code at the package store's URIs (`uris`: "working_dir",
+    "orchestrate"): a RayJob's submitter runs in the Kubernetes cluster and uploads nothing."""
+    env = copy.deepcopy(runtime_env)
+    env.pop("excludes", None)   # applied already: the zip holds what Ray would have shipped
+    if "working_dir" in env:
+        env["working_dir"] = uris["working_dir"]
+    env["py_modules"] = [uris["orchestrate"]]
+    return env
+
+
+def ray_job(plan: JobPlan[JobConfig], cluster_config: Config, own: Mapping[str, Any],
+            uris: Mapping[str, str]) -> Config:
+    """The RayJob of a run on a cluster of its own: KubeRay makes the cluster from the cluster
+    file's RayCluster spec, its submitter runs `ray job submit` with orchestrate's entrypoint
+    (contract.IMAGE_ENTRYPOINT) and the job's runtime_env (YAML), and the cluster goes after
+    the job: `delete_after_seconds` after a success, `keep_failed_seconds` after a failure
+    (kuberay#2615: a failed job's head kept to look into), with its workers freed at once
+    where no autoscaler would refuse that."""
+    cluster = ray_cluster(cluster_config)
+    name = resource_name(str(plan.config["name"]), plan.submission_id)
+    from ..contract import IMAGE_ENTRYPOINT
+
+    spec: Config = {
+        "entrypoint": IMAGE_ENTRYPOINT,
+        "runtimeEnvYAML": yaml.safe_dump(job_runtime_env(plan.runtime_env, uris),
+                                         sort_keys=True, width=1 << 20),
+        "jobId": plan.submission_id,
+        "submissionMode": "K8sJobMode",
+        "rayClusterSpec": cluster["spec"],
+    }
+    after = int(own.get("delete_after_seconds", 0))
+    failed = int(own.get("keep_failed_seconds", KEEP_FAILED_S))
+    if failed > after:
+        # deletionRules cannot be combined with shutdownAfterJobFinishes (validation.go:771);
+        # each rule has its own TTL instead
+        rules = [_rule("DeleteCluster", "SUCCEEDED", after),
+                 _rule("DeleteCluster", "FAILED", failed)]
+        if not cluster["spec"].get("enableInTreeAutoscaling"):   # else KubeRay refuses it
+            rules.insert(1, _rule("DeleteWorkers", "FAILED", 0))
+        spec["deletionStrategy"] = {"deletionRules": rules}
+    else:
+        spec["shutdownAfterJobFinishes"] = True
+        spec["ttlSecondsAfterFinished"] = after
+    return {"apiVersion": API_VERSION, "kind": "RayJob",
+            "metadata": {"name": name, "namespace": cluster["metadata"]["namespace"],
+                         "labels": {**cluster["metadata"]["labels"],
+                                    EXPERIMENT_LABEL: resource_name(str(plan.config["name"]))}},
+            "spec": spec}
+
+
+KEEP_FAILED_S = 3600
+EXPERIMENT_LABEL = "orchestrate.dev/experiment"
+
+
+def _rule(policy: str, status: str, ttl: int) -> Config:
+    return {"policy": policy, "condition": {"jobStatus": status, "ttlSeconds": ttl}}
+
+
+def ray_service(application: Config, cluster_config: Config, port: int) -> Config:
+    """The RayService of a service: `serveConfigV2` is the Serve config `orchestrate serve`
+    deploys (render.service), as YAML; KubeRay PUTs it to the cluster's Serve as JSON."""
+    from .service import http_options, render_config
+
+    cluster = ray_cluster(cluster_config)
+    serve_config = render_config(application, http_options("0.0.0.0", port))
+    return {"apiVersion": API_VERSION, "kind": "RayService",
+            "metadata": {"name": resource_name(str(application["name"])),
+                         "namespace": cluster["metadata"]["namespace"],
+                         "labels": cluster["metadata"]["labels"]},
+            "spec": {"serveConfigV2": yaml.safe_dump(serve_config, sort_keys=False,
+                                                     width=1 << 20),
+                     "rayClusterConfig": cluster["spec"]}}
+
+
+def findings_at(manifest: Config) -> list[str]:
+    """What KubeRay would refuse in a RayJob or RayService, one line each with its field."""
+    from ..providers.kuberay_check import findings
+
+    return [f"{manifest['kind']} {_dotted(f.path)}: {f.message}" for f in findings(manifest)]

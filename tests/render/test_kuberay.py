@@ -168,3 +168,158 @@ def test_the_schema_offers_kuberay_and_memory():
 def test_example_file_is_valid_yaml_with_its_schema_line():
     assert EXAMPLE.read_text().startswith("# yaml-language-server: $schema=")
     assert yaml.safe_load(EXAMPLE.read_text())["provider"]["type"] == "kuberay"
+
+
+# --- every example experiment as a RayJob, every example service as a RayService ---
+
+KUBERAY_GOLDEN = Path(__file__).parent / "golden-kuberay"
+EXPERIMENTS = sorted(REPO.glob("experiments/*.yaml"))
+SERVICES = sorted(REPO.glob("services/*.yaml"))
+STORE = "s3://example-bucket/orchestrate"
+
+
+def as_rayjob(path: Path) -> dict:
+    """The example's RayJob on the KubeRay example cluster (its own `own_cluster`, if any)."""
+    from dataclasses import replace
+
+    from orchestrator.jobs import rayjob
+    from orchestrator.language.experiment import load_experiment
+    from orchestrator.render.experiment import render_job, ship
+
+    spec = load_experiment(path, here=False)
+    own = spec.document.get("own_cluster") or {"package_store": STORE}
+    spec = replace(spec, cluster=load_cluster(EXAMPLE),
+                   document={**spec.document, "own_cluster": own})
+    shipped = ship(spec)
+    return rayjob.manifest(spec, render_job(spec, shipped), shipped)
+
+
+def as_rayservice(path: Path) -> dict:
+    from dataclasses import replace
+
+    from orchestrator.commands.render import render_service
+    from orchestrator.language.service import load_service
+
+    spec = load_service(path, here=False)
+    spec = replace(spec, cluster=load_cluster(EXAMPLE),
+                   document={**spec.document, "package_store": STORE})
+    return render_service(spec)
+
+
+def stable(document: dict) -> str:
+    """The golden text: the package's digest (it changes with any of orchestrate's code) and
+    this checkout's path left out."""
+    import re
+
+    text = yaml.safe_dump(document, sort_keys=False, width=100)
+    text = re.sub(r"orchestrate-[0-9a-f]{24}\.zip", "orchestrate-<digest>.zip", text)
+    return text.replace(str(REPO), "<repo>")
+
+
+def check_golden(name: str, text: str) -> None:
+    import os
+
+    golden = KUBERAY_GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        KUBERAY_GOLDEN.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert golden.exists(), f"no golden file {golden}; run with UPDATE_GOLDEN=1"
+    assert text == golden.read_text()
+
+
+@pytest.mark.parametrize("example", EXPERIMENTS, ids=lambda p: p.name)
+def test_every_example_experiment_renders_a_rayjob_kuberay_accepts(example, monkeypatch):
+    monkeypatch.setenv("ORCHESTRATE_HOME", "/ORCHESTRATE_HOME")
+    job = as_rayjob(example)   # SpecError if KubeRay would refuse it
+    assert findings(job) == []
+    assert job["spec"]["entrypoint"] == "python -m orchestrator.workload"
+    env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
+    assert env["py_modules"][0].startswith(STORE + "/orchestrate-") or \
+        env["py_modules"][0].startswith("s3://my-team-ray-packages/")
+    assert "excludes" not in env and "://" in env["working_dir"]
+    check_golden(f"experiments__{example.name}", stable(job))
+
+
+@pytest.mark.parametrize("example", SERVICES, ids=lambda p: p.name)
+def test_every_example_service_renders_a_rayservice_kuberay_accepts(example, monkeypatch):
+    monkeypatch.setenv("ORCHESTRATE_HOME", "/ORCHESTRATE_HOME")
+    service = as_rayservice(example)
+    assert findings(service) == []
+    config = yaml.safe_load(service["spec"]["serveConfigV2"])
+    (application,) = config["applications"]
+    assert application["runtime_env"]["py_modules"][0].startswith(STORE + "/orchestrate-")
+    assert config["http_options"]["host"] == "0.0.0.0"
+    check_golden(f"services__{example.name}", stable(service))
+
+
+def test_every_kuberay_golden_file_has_an_example():
+    expected = {f"experiments__{p.name}" for p in EXPERIMENTS} | \
+        {f"services__{p.name}" for p in SERVICES}
+    assert {p.name for p in KUBERAY_GOLDEN.iterdir()} == expected
+
+
+def test_a_rayjob_keeps_a_failed_runs_head_and_deletes_a_success():
+    job = as_rayjob(REPO / "experiments" / "quickstart-kuberay.yaml")
+    spec = job["spec"]
+    assert spec["deletionStrategy"] == {"deletionRules": [
+        {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 60}},
+        {"policy": "DeleteCluster", "condition": {"jobStatus": "FAILED", "ttlSeconds": 3600}}]}
+    assert "shutdownAfterJobFinishes" not in spec   # KubeRay refuses it beside deletionRules
+    assert spec["rayClusterSpec"]["authOptions"]["secretName"] == "orchestrate-kuberay-cpu"
+    assert len(job["metadata"]["name"]) <= 47
+
+
+def test_a_rayjob_that_keeps_nothing_is_shut_down_after_its_ttl(tmp_path):
+    from dataclasses import replace
+
+    from orchestrator.jobs import rayjob
+    from orchestrator.language.experiment import load_experiment
+    from orchestrator.render.experiment import render_job, ship
+
+    spec = load_experiment(REPO / "experiments" / "quickstart-kuberay.yaml", here=False)
+    own = {"package_store": STORE, "delete_after_seconds": 30, "keep_failed_seconds": 0}
+    spec = replace(spec, document={**spec.document, "own_cluster": own})
+    shipped = ship(spec)
+    job = rayjob.manifest(spec, render_job(spec, shipped), shipped)["spec"]
+    assert (job["shutdownAfterJobFinishes"], job["ttlSecondsAfterFinished"]) == (True, 30)
+    assert "deletionStrategy" not in job
+
+
+def test_fixed_workers_are_freed_at_once_when_a_run_fails(tmp_path):
+    from orchestrator.render.experiment import JobPlan
+
+    path = write(tmp_path, BASE + "workers: {w: {cpus: 2, min_workers: 2, max_workers: 2}}\n")
+    plan = JobPlan(entrypoint="x", runtime_env={"working_dir": "/w"}, config={"name": "e"},
+                   submission_id="orchestrate-e-0123456789ab")
+    job = kuberay.ray_job(plan, rendered(path), {"package_store": STORE},
+                          {"working_dir": f"{STORE}/w.zip", "orchestrate": f"{STORE}/o.zip"})
+    assert findings(job) == []
+    assert job["spec"]["deletionStrategy"]["deletionRules"][1] == {
+        "policy": "DeleteWorkers", "condition": {"jobStatus": "FAILED", "ttlSeconds": 0}}
+    assert job["metadata"]["name"] == "e-0123456789ab"
+
+
+def test_own_cluster_needs_a_kuberay_cluster(tmp_path):
+    from orchestrator.language.experiment import load_experiment
+
+    (tmp_path / "c.yaml").write_text("cluster_name: c\nprovider: {type: local, head_ip: 10.0.0.1, "
+                                     "worker_ips: []}\nauth: {ssh_user: u}\n")
+    path = tmp_path / "e.yaml"
+    path.write_text("name: e\ntrainer: xgboost\ncluster: c.yaml\nlabel_column: y\n"
+                    "datasets: {train: {path: s3://b/t.csv}}\n"
+                    "own_cluster: {package_store: s3://bucket/p}\n")
+    with pytest.raises(SpecError) as caught:
+        load_experiment(path, here=False)
+    (problem,) = [p for p in caught.value.problems if p.field == "own_cluster"]
+    assert "KubeRay cluster" in problem.message and problem.line == 6
+
+
+def test_a_runtime_env_bash_would_change_is_refused(tmp_path):
+    from orchestrator.render.experiment import JobPlan
+
+    plan = JobPlan(entrypoint="x", runtime_env={"env_vars": {"PRICE": "$5"}},
+                   config={"name": "e"}, submission_id="orchestrate-e-0123456789ab")
+    job = kuberay.ray_job(plan, rendered(EXAMPLE), {"package_store": STORE},
+                          {"orchestrate": f"{STORE}/o.zip"})
+    (finding,) = findings(job)
+    assert finding.path == ("spec", "runtimeEnvYAML") and "'$'" in finding.message

@@ -232,3 +232,58 @@ def test_serving_a_run_that_never_happened(tmp_path, capsys):
     assert main(["serve", str(service)]) == 1
     err = capsys.readouterr().err
     assert "model.experiment: no finished run of" in err and "orchestrate run" in err
+
+
+@pytest.mark.ray
+def test_a_rayservices_serve_config_answers_when_deployed_as_kuberay_deploys_it(
+        trained, local_ray, tmp_path):
+    """KubeRay (v1.7.0) reads a RayService's serveConfigV2 as YAML, turns it into JSON and PUTs
+    it to the cluster's dashboard at /api/serve/applications/ (rayservice_controller.go
+    1576-1599, dashboard_httpclient.go 62-87). Here the shared local Ray stands in for the
+    RayService's cluster (no Kubernetes runs here) and orchestrate's package comes from a
+    file:// store, as a pod would read a mounted one; only http_options' host is this machine's
+    loopback, where the pod listens on all its addresses."""
+    from orchestrator.jobs import package_store
+    from orchestrator.language.cluster import load_cluster
+    from orchestrator.language.service import load_service
+    from orchestrator.render import kuberay, service
+    from orchestrator.render.cluster import render_cluster
+    from orchestrator.util.ports import free_port
+
+    repo = Path(__file__).resolve().parents[2]
+    store = f"file://{tmp_path / 'store'}"
+    uris = package_store.put(store, None, lambda _: None)
+    path = write_service(tmp_path, "cancer-k8s", model={"checkpoint": trained.xgboost.summary[
+        "best_checkpoint"]}, route_prefix="/k8s", resources_per_replica={"cpus": 0.5})
+    token = "a-token-for-the-rayservice-test"
+    application = service.render_application(
+        load_service(path), checkpoint=trained.xgboost.summary["best_checkpoint"],
+        token_sha256=hashlib.sha256(token.encode()).hexdigest(), package_uri=uris["orchestrate"])
+    cluster = render_cluster(load_cluster(repo / "cluster_configs" / "kuberay.yaml"),
+                             token_file="-").config
+    port = free_port()
+    resource = kuberay.ray_service(application, cluster, port)
+    assert kuberay.findings_at(resource) == []
+
+    config = yaml.safe_load(resource["spec"]["serveConfigV2"])
+    assert config["http_options"] == {"host": "0.0.0.0", "port": port}
+    config["http_options"]["host"] = "127.0.0.1"
+    endpoint = local_ray.endpoint(State.here().secrets)
+    request = urllib.request.Request(endpoint.address + "/api/serve/applications/",
+                                     data=json.dumps(config).encode(), method="PUT",
+                                     headers={**endpoint.headers,
+                                              "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200
+    url = f"http://127.0.0.1:{port}/k8s"
+    import time
+
+    deadline = time.monotonic() + 180
+    while call(url + "/healthz")[0] != 200:
+        assert time.monotonic() < deadline, "the RayService's application never answered"
+        time.sleep(1)
+    rows = pd.read_csv(trained.xgboost.path.parent / "data" / "breast_cancer.csv").drop(
+        columns=["target"]).head(3).to_dict(orient="records")
+    assert call(url + "/predict", rows)[0] == 401
+    status, answer = call(url + "/predict", rows, token=token)
+    assert status == 200 and len(answer["predictions"]) == 3, answer

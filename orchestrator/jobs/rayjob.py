@@ -1,0 +1,95 @@
+"""`orchestrate run` of an experiment with `own_cluster`: a RayJob, which KubeRay runs on a
+cluster it makes from the experiment's (KubeRay) cluster file and deletes afterwards.
+
+    run(spec, plan, shipped, state, progress, detach=...) -> Outcome
+
+The job's code goes to the package store first (jobs.package_store): KubeRay's submitter runs
+`ray job submit` inside the Kubernetes cluster and cannot upload from here. Then the cluster
+file's token Secret and the RayJob (render.kuberay.ray_job, checked as KubeRay would); the same
+experiment submitted again finds its RayJob instead of making another. `run` follows the
+RayJob's state until its job ends; the job's own log is the submitter's (`kubectl logs`) and,
+while the cluster is kept, its dashboard's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import JobError, Problem, SpecError
+from ..launch.kuberay import KubeRay
+from ..render import kuberay, packages
+from ..render.cluster import render_cluster
+from ..state import State, cluster_key
+from ..util.progress import Progress
+from . import package_store
+
+if TYPE_CHECKING:
+    from ..contract import JobConfig
+    from ..language.experiment import ExperimentSpec
+    from ..render.experiment import JobPlan
+    from ..util.workdir import WorkingDir
+
+
+def manifest(spec: ExperimentSpec, plan: JobPlan[JobConfig],
+             shipped: WorkingDir | None) -> dict[str, object]:
+    """The RayJob `run` would create (the store's URIs from the files' digests), or SpecError
+    naming `own_cluster` with what KubeRay would refuse."""
+    assert spec.cluster is not None   # the language requires a KubeRay cluster file
+    own = spec.document["own_cluster"]
+    config = render_cluster(spec.cluster, token_file="-").config
+    job = kuberay.ray_job(plan, config, own, packages.uris(own["package_store"], shipped))
+    refused = kuberay.findings_at(job)
+    if refused:
+        raise SpecError([_problem(spec, line) for line in refused])
+    return job
+
+
+def _problem(spec: ExperimentSpec, message: str) -> Problem:
+    if spec.source is not None:
+        return spec.source.problem(("own_cluster",), message)
+    return Problem(str(spec.path), message, field="own_cluster")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job_id: str
+    created: bool              # False: the RayJob of this submission existed already
+    interrupted: bool = False  # Ctrl-C while following: it keeps running
+
+
+def run(spec: ExperimentSpec, plan: JobPlan[JobConfig], shipped: WorkingDir, state: State,
+        progress: Progress, *, detach: bool) -> Outcome:
+    assert spec.cluster is not None
+    job = manifest(spec, plan, shipped)
+    config = render_cluster(spec.cluster, token_file="-").config
+    name = str(job["metadata"]["name"])   # type: ignore[index]
+    namespace = str(config["provider"]["namespace"])
+    store = spec.document["own_cluster"]["package_store"]
+    progress(f"putting the job's code in {store}")
+    package_store.put(store, shipped, progress)
+    state.secrets.ensure(cluster_key(spec.cluster.name))
+    backend = KubeRay(state, progress)
+    created = backend.submit_job(spec.cluster.name, config, job)
+    where = f"RayJob {namespace}/{name} (job {plan.submission_id})"
+    progress(f"submitted {where}" if created else
+             f"{where} exists already: this experiment is unchanged since it was submitted; "
+             "not starting a duplicate")
+    if detach:
+        progress(f"follow it: kubectl -n {namespace} get rayjob {name} -w")
+        return Outcome(plan.submission_id, created)
+    try:
+        status = backend.follow_job(config, name)
+    except KeyboardInterrupt:
+        progress(f"left running: RayJob {namespace}/{name} (kubectl -n {namespace} delete "
+                 f"rayjob {name} stops it)")
+        return Outcome(plan.submission_id, created, interrupted=True)
+    if status.get("jobStatus") != "SUCCEEDED":
+        cluster = status.get("rayClusterName") or "its cluster"
+        kept = int(spec.document["own_cluster"].get("keep_failed_seconds",
+                                                    kuberay.KEEP_FAILED_S))
+        raise JobError(f"{where} ended {status.get('jobStatus') or status.get('jobDeploymentStatus')}"
+                       + (f": {status['message']}" if status.get("message") else ""),
+                       hint=f"the submitter's log: kubectl -n {namespace} logs job/{name}; "
+                            f"{cluster} is kept {kept} s to look into")
+    progress(f"{where} succeeded; its results are where run_config.storage_path says")
+    return Outcome(plan.submission_id, created)
