@@ -319,14 +319,18 @@ class FakeKube:
     of the kubelet). delete_delay: seconds a deleted object keeps a deletionTimestamp before it
     goes. seconds_scale: how the operator scales a spec's seconds (TTLs): 60 s become
     60 * seconds_scale. job_outcome(name) -> "SUCCEEDED" | "FAILED" | "RUNNING" decides how a
-    RayJob ends ("RUNNING": it runs until `set_job_outcome`); default SUCCEEDED.
+    RayJob ends ("RUNNING": it runs until `set_job_outcome`); default SUCCEEDED. auth_options
+    False: the API server has KubeRay's CRDs from before v1.5, and prunes a RayCluster's
+    authOptions as the real one would.
     """
 
     def __init__(self, *, namespaces: tuple[str, ...] = ("default",), kuberay: bool = True,
                  step: float = 0.2, delete_delay: float = 0.05, seconds_scale: float = 0.001,
-                 job_outcome: Callable[[str], str] | None = None, token: str | None = None):
+                 job_outcome: Callable[[str], str] | None = None, token: str | None = None,
+                 auth_options: bool = True):
         self.namespaces = {name: {"uid": str(uuid.uuid4()), "created": now()} for name in namespaces}
         self.kuberay = kuberay
+        self.auth_options = auth_options
         self.step = step
         self.delete_delay = delete_delay
         self.seconds_scale = seconds_scale
@@ -537,6 +541,8 @@ class FakeKube:
             meta["generation"] = 1
         if by_api and res.status_subresource and res.group:
             obj.pop("status", None)
+        if by_api and plural == "rayclusters" and not self.auth_options:
+            self._prune_auth(obj)
         if plural == "secrets":
             self._fold_string_data(obj)
         elif plural == "services":
@@ -555,9 +561,17 @@ class FakeKube:
         self._react(plural, namespace, obj, created=True)
         return obj
 
+    @staticmethod
+    def _prune_auth(obj: Json) -> None:
+        """What an API server with KubeRay's CRDs from before v1.5 does to authOptions: its
+        schema has no such field, so it drops it without a word (structural pruning)."""
+        (obj.get("spec") or {}).pop("authOptions", None)
+
     def _write(self, plural: str, namespace: str, obj: Json, *, by_api: bool = False) -> Json:
         """Store a changed object (its generation bumped when more than metadata and status
         changed), as MODIFIED."""
+        if by_api and plural == "rayclusters" and not self.auth_options:
+            self._prune_auth(obj)
         old = self._store[plural][(namespace, obj["metadata"]["name"])]
         res = RESOURCES[plural]
         if res.generation and {k: v for k, v in old.items() if k not in ("metadata", "status")} \
@@ -709,14 +723,22 @@ class FakeKube:
                                "listKind": res.kind + "List"},
                      "versions": [{"name": "v1", "served": True, "storage": True,
                                    "subresources": {"status": {}},
-                                   "schema": {"openAPIV3Schema": {
-                                       "type": "object",
-                                       "x-kubernetes-preserve-unknown-fields": True}}}]},
+                                   "schema": {"openAPIV3Schema": self._crd_schema(res.kind)}}]},
             "status": {"acceptedNames": {"plural": plural, "kind": res.kind},
                        "storedVersions": ["v1"],
                        "conditions": [condition("NamesAccepted", True, "NoConflicts"),
                                       condition("Established", True, "InitialNamesAccepted")]},
         }
+
+    def _crd_schema(self, kind: str) -> Json:
+        """KubeRay v1.7.0's own schema (the copy orchestrate ships); without `auth_options`,
+        a RayCluster's as KubeRay's before v1.5 had it: no authOptions."""
+        from orchestrator.providers.kuberay_check import crd_schema
+
+        schema = copy.deepcopy(crd_schema(kind))
+        if kind == "RayCluster" and not self.auth_options:
+            schema["properties"]["spec"]["properties"].pop("authOptions", None)
+        return schema
 
     async def _crd(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]

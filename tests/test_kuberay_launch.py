@@ -266,3 +266,23 @@ def test_a_failed_rayjob_fails_the_run_and_says_where_to_look(kube, tmp_path, ca
     err = capsys.readouterr().err
     assert "ended FAILED" in err and "kubectl -n ml logs job/tiny-" in err
     assert "kept 600 s to look into" in err and "Traceback" not in err
+
+
+def test_a_kuberay_without_authoptions_is_refused_before_and_after_up(tmp_path, monkeypatch,
+                                                                      capsys):
+    """KubeRay's CRDs before v1.5 have no authOptions, and an API server drops a field its
+    schema lacks without a word: `check` says so, and an `up` without preflight deletes the
+    RayCluster the server stored without token authentication instead of leaving it running."""
+    with FakeKube(namespaces=("default", NAMESPACE), step=0.02, delete_delay=0.02,
+                  auth_options=False) as fake:
+        monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig(tmp_path / "kubeconfig")))
+        path = cluster_file(tmp_path)
+        assert main(["check", str(path), "--format", "json"]) == 1
+        results = {r["name"]: r for r in json.loads(capsys.readouterr().out)["files"][0]["checks"]}
+        assert "no authOptions" in results["kuberay"]["detail"]
+        assert main(["up", str(path), "--no-wait", "-y", "--skip-preflight"]) == 1
+        err = capsys.readouterr().err
+        assert "would have run without token authentication" in err and "Traceback" not in err
+        assert fake.objects("rayclusters", NAMESPACE) == {} or all(
+            "deletionTimestamp" in c["metadata"]
+            for c in fake.objects("rayclusters", NAMESPACE).values())

@@ -122,8 +122,10 @@ class KubeRay:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, manifest)
+            stored = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                            manifest)
             self._log_line(name, f"created RayCluster {namespace}/{name}")
+            self._kept_auth(custom, stored, name, namespace)
             return False
         if (live.get("metadata", {}).get("labels") or {}).get(kuberay.CLUSTER_LABEL) != name:
             raise ClusterError(f"a RayCluster {namespace}/{name} exists that orchestrate did "
@@ -131,9 +133,23 @@ class KubeRay:
                                                   "with kubectl if it is yours")
         body = dict(manifest, metadata={**manifest["metadata"],
                                         "resourceVersion": live["metadata"]["resourceVersion"]})
-        custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body)
+        stored = custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                         body)
         self._log_line(name, f"replaced RayCluster {namespace}/{name}")
+        self._kept_auth(custom, stored, name, namespace)
         return True
+
+    def _kept_auth(self, custom: Any, stored: Config, name: str, namespace: str) -> None:
+        """An API server whose KubeRay predates authOptions (v1.5) drops them without a word:
+        a cluster without token authentication is deleted at once, never left running."""
+        if ((stored.get("spec") or {}).get("authOptions") or {}).get("mode") == "token":
+            return
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        self._log_line(name, f"deleted RayCluster {namespace}/{name}: authOptions dropped")
+        raise ClusterError(f"the API server dropped the RayCluster's authOptions (KubeRay "
+                           f"before v1.5): {namespace}/{name} would have run without token "
+                           "authentication, so it was deleted",
+                           hint="upgrade KubeRay to v1.7.0 or newer")
 
     def _delete_pods(self, core: Any, name: str, namespace: str) -> int:
         pods = core.list_namespaced_pod(namespace, label_selector=f"ray.io/cluster={name}")

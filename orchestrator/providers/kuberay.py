@@ -213,6 +213,15 @@ def close(client: Any) -> None:
     manager.clear()
 
 
+def _has_auth_options(crd: Any) -> bool:
+    for version in crd.spec.versions or []:
+        if version.name == "v1" and version.schema is not None:
+            schema = version.schema.open_apiv3_schema
+            spec = (schema.properties or {}).get("spec")
+            return spec is not None and "authOptions" in (spec.properties or {})
+    return False
+
+
 def credentials() -> CheckResult:
     path = kubeconfig_file()
     if not os.path.exists(path):
@@ -256,8 +265,8 @@ def check(spec: ClusterView) -> list[CheckResult]:
         missing, old = [], []
         for crd in CRDS:
             try:
-                served = [v.name for v in crds.read_custom_resource_definition(crd).spec.versions
-                          if v.served]
+                found = crds.read_custom_resource_definition(crd)
+                served = [v.name for v in found.spec.versions if v.served]
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -273,6 +282,11 @@ def check(spec: ClusterView) -> list[CheckResult]:
         elif old:
             checks.fail("kuberay", f"KubeRay is older than v1: {'; '.join(old)}",
                         "upgrade KubeRay to v1.7.0 or newer", ("provider", "type"))
+        elif not _has_auth_options(crds.read_custom_resource_definition(CRDS[0])):
+            checks.fail("kuberay", "this KubeRay's RayCluster has no authOptions (before "
+                        "v1.5): the API server would drop them, and the cluster would run "
+                        "without token authentication", "upgrade KubeRay to v1.7.0 or newer",
+                        ("provider", "type"))
         else:
             checks.ok("kuberay", f"KubeRay's CRDs installed ({', '.join(CRDS)}, v1)",
                       ("provider", "type"))
