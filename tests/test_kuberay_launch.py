@@ -246,17 +246,25 @@ def test_run_on_its_own_cluster_stores_the_code_makes_a_rayjob_and_follows_it(
         assert "orchestrate/orchestrator/workload/__init__.py" in package.namelist()
     with zipfile.ZipFile(tmp_path / "store" / Path(env["working_dir"]).name) as code:
         assert "working_dir/data/breast_cancer_train.csv" in code.namelist()
+    # the RayJob's own Secret, owned by it, with the cluster file's token; nowhere else
     token = State.here().secrets.read(cluster_key("kr"))
-    assert base64.b64decode(kube.objects("secrets", NAMESPACE)[secret_name("kr")]["data"][
-        "auth_token"]).decode() == token
+    secret = kube.objects("secrets", NAMESPACE)[f"orchestrate-{name}"]
+    assert base64.b64decode(secret["data"]["auth_token"]).decode() == token
+    assert [(o["kind"], o["name"], o["uid"]) for o in secret["metadata"]["ownerReferences"]] == \
+        [("RayJob", name, job["metadata"]["uid"])]
+    assert job["spec"]["rayClusterSpec"]["authOptions"]["secretName"] == f"orchestrate-{name}"
     assert [r.path for r in kube.requests if token in r.body] == [
         f"/api/v1/namespaces/{NAMESPACE}/secrets"]
 
     # the same experiment again: its RayJob is found, not made twice, nor its code stored again
     assert main(["run", str(path), "--detach"]) == 0
     err = capsys.readouterr().err
-    assert "exists already" in err and "in the store already" in err
+    assert "exists already (it ended SUCCEEDED)" in err and "in the store already" in err
     assert len(kube.objects("rayjobs", NAMESPACE)) == 1
+    # --force: another RayJob of the same experiment
+    assert main(["run", str(path), "--detach", "--force"]) == 0
+    assert "submitted RayJob" in capsys.readouterr().err
+    assert len(kube.objects("rayjobs", NAMESPACE)) == 2
 
 
 def test_a_failed_rayjob_fails_the_run_and_says_where_to_look(kube, tmp_path, capsys,

@@ -128,7 +128,8 @@ def run(spec: ExperimentSpec, options: RunOptions, state: State, progress: Progr
     if "own_cluster" in spec.document:   # a RayJob on a cluster of its own
         from . import rayjob
 
-        ended = rayjob.run(spec, plan, shipped, state, progress, detach=options.detach)
+        ended = rayjob.run(spec, plan, shipped, state, progress, detach=options.detach,
+                           force=options.force)
         return Ran(ended.job_id, ended.created, None, interrupted=ended.interrupted)
     # The job's log is shown as it comes: a secret it prints (a user's exception, say) is not.
     secrets = {name: os.environ[source] for name, source in plan.secrets.items()}

@@ -3,8 +3,9 @@
     put(store, shipped) -> {"working_dir": URI, "orchestrate": URI}
 
 A zip already in the store (its name is its content's digest) is not written again. `file:///`
-stores are folders (made 0700; each zip written whole, then renamed into place); `s3://` goes
-through boto3 (the `aws` extra), `gs://` through google-cloud-storage.
+stores are folders (each zip written whole, then renamed into place, readable by the pods' own
+user); `s3://` goes through boto3 (the `aws` extra), `gs://` through google-cloud-storage. The
+cluster's image needs the same to read them (Ray's s3:// and gs:// package URIs use them).
 """
 from __future__ import annotations
 
@@ -85,12 +86,19 @@ def _upload(local: Path, uri: str) -> None:
     scheme, bucket, key = _split(uri)
     try:
         if scheme == "file":
+            # code, not secrets, read by the pods' own user on a shared volume: the umask's
+            # modes for the folder, 0644 for each zip (mkstemp would make it 0600)
             target = Path(urllib.parse.urlparse(uri).path)
-            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
             fd, partial = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
-            with os.fdopen(fd, "wb") as out:
-                out.write(local.read_bytes())
-            os.replace(partial, target)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(local.read_bytes())
+                os.chmod(partial, 0o644)
+                os.replace(partial, target)
+            except BaseException:
+                Path(partial).unlink(missing_ok=True)
+                raise
         elif scheme == "s3":
             _s3().upload_file(str(local), bucket, key)
         else:

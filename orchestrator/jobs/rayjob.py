@@ -12,6 +12,8 @@ while the cluster is kept, its dashboard's.
 """
 from __future__ import annotations
 
+import dataclasses
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,8 +60,11 @@ class Outcome:
 
 
 def run(spec: ExperimentSpec, plan: JobPlan[JobConfig], shipped: WorkingDir, state: State,
-        progress: Progress, *, detach: bool) -> Outcome:
+        progress: Progress, *, detach: bool, force: bool = False) -> Outcome:
     assert spec.cluster is not None
+    if force:   # another RayJob of the same experiment (as --force makes another Ray job)
+        plan = dataclasses.replace(
+            plan, submission_id=f"{plan.submission_id}-{int(time.time() * 1000):x}")
     job = manifest(spec, plan, shipped)
     config = render_cluster(spec.cluster, token_file="-").config
     name = str(job["metadata"]["name"])   # type: ignore[index]
@@ -69,11 +74,13 @@ def run(spec: ExperimentSpec, plan: JobPlan[JobConfig], shipped: WorkingDir, sta
     package_store.put(store, shipped, progress)
     state.secrets.ensure(cluster_key(spec.cluster.name))
     backend = KubeRay(state, progress)
-    created = backend.submit_job(spec.cluster.name, config, job)
+    created, stored = backend.submit_job(spec.cluster.name, config, job)
     where = f"RayJob {namespace}/{name} (job {plan.submission_id})"
+    ended = (stored.get("status") or {}).get("jobStatus") or ""
     progress(f"submitted {where}" if created else
-             f"{where} exists already: this experiment is unchanged since it was submitted; "
-             "not starting a duplicate")
+             f"{where} exists already{f' (it ended {ended})' if ended else ''}: this "
+             "experiment is unchanged since it was submitted; not starting a duplicate "
+             "(--force runs it again)")
     if detach:
         progress(f"follow it: kubectl -n {namespace} get rayjob {name} -w")
         return Outcome(plan.submission_id, created)
@@ -85,8 +92,7 @@ def run(spec: ExperimentSpec, plan: JobPlan[JobConfig], shipped: WorkingDir, sta
         return Outcome(plan.submission_id, created, interrupted=True)
     if status.get("jobStatus") != "SUCCEEDED":
         cluster = status.get("rayClusterName") or "its cluster"
-        kept = int(spec.document["own_cluster"].get("keep_failed_seconds",
-                                                    kuberay.KEEP_FAILED_S))
+        kept = kuberay.kept_seconds(spec.document["own_cluster"])
         raise JobError(f"{where} ended {status.get('jobStatus') or status.get('jobDeploymentStatus')}"
                        + (f": {status['message']}" if status.get("message") else ""),
                        hint=f"the submitter's log: kubectl -n {namespace} logs job/{name}; "

@@ -16,16 +16,17 @@ command that does it.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from ..errors import ClusterError
+from ..errors import ClusterError, MissingDependency
 from ..providers import kuberay as provider_module
 from ..render import kuberay
 from ..state import ClusterRecord, State, cluster_key
@@ -67,7 +68,15 @@ class KubeRay:
         """(CustomObjectsApi, CoreV1Api) for the cluster's API server."""
         from kubernetes.client import CoreV1Api, CustomObjectsApi
 
-        client = provider_module.api_client(config["provider"])
+        try:
+            client = provider_module.api_client(config["provider"])
+        except MissingDependency:
+            raise
+        except Exception as exc:  # noqa: BLE001 - no kubeconfig, an unknown context, an auth plugin
+            raise ClusterError(f"no Kubernetes client for {provider_module.kubeconfig_file()}: "
+                               f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
+                               hint="check KUBECONFIG and provider.context "
+                                    "(`orchestrate check FILE`)") from None
         try:
             yield CustomObjectsApi(client), CoreV1Api(client)
         finally:
@@ -88,13 +97,15 @@ class KubeRay:
         manifest = kuberay.ray_cluster(config)
         namespace = manifest["metadata"]["namespace"]
         with self._api(config) as (custom, core), _api_errors(f"cluster {name}"):
+            live = self._owned(custom, name, namespace)
             self._put_secret(core, name, namespace)
-            existed = self._apply(custom, manifest, name, namespace)
+            existed = self._apply(custom, manifest, name, namespace, live)
+            deleted: set[str] = set()
             if restart and existed:
                 deleted = self._delete_pods(core, name, namespace)
-                self._log_line(name, f"restart: deleted {deleted} pods of RayCluster {name}; "
-                                     "KubeRay makes them again from the new template")
-            self._wait_ready(custom, name, namespace, manifest, timeout)
+                self._log_line(name, f"restart: deleted {len(deleted)} pods of RayCluster "
+                                     f"{name}; KubeRay makes them again from the new template")
+            self._wait_ready(custom, name, namespace, manifest, timeout, gone=deleted)
 
     def _put_secret(self, core: Any, name: str, namespace: str) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -109,32 +120,56 @@ class KubeRay:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            there = core.read_namespaced_secret(kuberay.secret_name(name), namespace)
+            if (there.metadata.labels or {}).get(kuberay.CLUSTER_LABEL) != name:
+                raise ClusterError(f"a Secret {namespace}/{kuberay.secret_name(name)} exists "
+                                   "that orchestrate did not create; it is left as it is",
+                                   hint="choose another cluster_name") from None
             core.replace_namespaced_secret(kuberay.secret_name(name), namespace, body)
             self._log_line(name, f"replaced Secret {namespace}/{kuberay.secret_name(name)}")
 
-    def _apply(self, custom: Any, manifest: Config, name: str, namespace: str) -> bool:
-        """Create the RayCluster, or replace the one there at the version read; whether it
-        existed."""
+    def _owned(self, custom: Any, name: str, namespace: str) -> Config | None:
+        """The RayCluster there (None: none), refused when orchestrate did not make it: its
+        Secret is not written and it is never replaced or deleted."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            live = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            live: Config = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                               name)
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            return None
+        if (live.get("metadata", {}).get("labels") or {}).get(kuberay.CLUSTER_LABEL) != name:
+            raise ClusterError(f"a RayCluster {namespace}/{name} exists that orchestrate did "
+                               "not create; it is left as it is",
+                               hint="choose another cluster_name, or delete it with kubectl if "
+                                    "it is yours")
+        return live
+
+    def _apply(self, custom: Any, manifest: Config, name: str, namespace: str,
+               live: Config | None) -> bool:
+        """Create the RayCluster, or replace the one there at the version read (read again
+        when the operator or its autoscaler wrote in between); whether it existed."""
+        from kubernetes.client.exceptions import ApiException
+
+        if live is None:
             stored = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                             manifest)
             self._log_line(name, f"created RayCluster {namespace}/{name}")
             self._kept_auth(custom, stored, name, namespace)
             return False
-        if (live.get("metadata", {}).get("labels") or {}).get(kuberay.CLUSTER_LABEL) != name:
-            raise ClusterError(f"a RayCluster {namespace}/{name} exists that orchestrate did "
-                               "not create", hint="choose another cluster_name, or delete it "
-                                                  "with kubectl if it is yours")
-        body = dict(manifest, metadata={**manifest["metadata"],
-                                        "resourceVersion": live["metadata"]["resourceVersion"]})
-        stored = custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                         body)
+        for attempt in range(REPLACE_ATTEMPTS):
+            body = _replacing(manifest, live)
+            try:
+                stored = custom.replace_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                                 PLURAL, name, body)
+                break
+            except ApiException as exc:
+                if exc.status != 409 or attempt == REPLACE_ATTEMPTS - 1:
+                    raise
+                live = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                           name)
         self._log_line(name, f"replaced RayCluster {namespace}/{name}")
         self._kept_auth(custom, stored, name, namespace)
         return True
@@ -151,16 +186,17 @@ class KubeRay:
                            "authentication, so it was deleted",
                            hint="upgrade KubeRay to v1.7.0 or newer")
 
-    def _delete_pods(self, core: Any, name: str, namespace: str) -> int:
+    def _delete_pods(self, core: Any, name: str, namespace: str) -> set[str]:
         pods = core.list_namespaced_pod(namespace, label_selector=f"ray.io/cluster={name}")
         for pod in pods.items:
             core.delete_namespaced_pod(pod.metadata.name, namespace)
-        return len(pods.items)
+        return {pod.metadata.name for pod in pods.items}
 
     def _wait_ready(self, custom: Any, name: str, namespace: str, manifest: Config,
-                    timeout: float) -> None:
-        """Until the operator has seen this generation and says `ready` with every worker
-        group at its minimum."""
+                    timeout: float, gone: Collection[str] = ()) -> None:
+        """Until the operator has seen this generation and says `ready` with the workers'
+        minimum ready, and after a restart, with a new head pod ready (KubeRay never clears
+        `ready`, and counts pods that are going as ready while they still are)."""
         wanted = sum(int(g.get("minReplicas", 0)) for g in manifest["spec"]["workerGroupSpecs"])
         deadline = time.monotonic() + timeout
         said = ""
@@ -176,7 +212,10 @@ class KubeRay:
                 self.progress(now)
                 self._log_line(name, now.strip())
                 said = now
-            if seen and state == "ready" and ready >= wanted:
+            head = status.get("head") or {}
+            renewed = not gone or (head.get("podName") not in gone and _condition(
+                status, "HeadPodReady") is not False)
+            if seen and state == "ready" and ready >= wanted and renewed:
                 return
             if time.monotonic() >= deadline:
                 reason = status.get("reason") or _condition_text(status)
@@ -207,13 +246,17 @@ class KubeRay:
         namespace = str(config["provider"]["namespace"])
         with self._api(config) as (custom, core), _api_errors(f"cluster {name}"):
             secret = kuberay.secret_name(name)
+            self._owned(custom, name, namespace)   # another's RayCluster: refused, not deleted
             for what in ("RayCluster", "Secret"):
                 try:
                     if what == "RayCluster":
                         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                                name)
-                    else:
+                    elif (core.read_namespaced_secret(secret, namespace).metadata.labels or {}) \
+                            .get(kuberay.CLUSTER_LABEL) == name:   # only the one `up` wrote
                         core.delete_namespaced_secret(secret, namespace)
+                    else:
+                        continue
                     self._log_line(name, f"deleted {what} {namespace}/"
                                          f"{name if what == 'RayCluster' else secret}", "down")
                 except ApiException as exc:
@@ -244,22 +287,39 @@ class KubeRay:
 
     # --- a run on a cluster of its own: a RayJob ---
 
-    def submit_job(self, cluster: str, config: Config, manifest: Config) -> bool:
-        """The token's Secret of the cluster file (the RayJob's cluster runs with its token),
-        then the RayJob; False when that RayJob exists already (the same submission)."""
+    def submit_job(self, cluster: str, config: Config, manifest: Config) -> tuple[bool, Config]:
+        """The RayJob, then its own token Secret, owned by it (it goes with the RayJob; its
+        cluster's pods wait for it, as kubelet retries a missing Secret): (whether it was made
+        now, the RayJob as the server has it). The token is the cluster file's."""
         from kubernetes.client.exceptions import ApiException
 
         namespace = manifest["metadata"]["namespace"]
         name = manifest["metadata"]["name"]
         with self._api(config) as (custom, core), _api_errors(f"RayJob {name}"):
-            self._put_secret(core, cluster, namespace)
             try:
-                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, manifest)
+                stored = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, JOBS,
+                                                                manifest)
+                created = True
             except ApiException as exc:
                 if exc.status != 409:
                     raise
-                return False
-        return True
+                stored = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS,
+                                                             name)
+                created = False
+            owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RayJob", "name": name,
+                     "uid": stored["metadata"]["uid"]}
+            secret = manifest["spec"]["rayClusterSpec"]["authOptions"]["secretName"]
+            body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                    "metadata": {"name": secret, "namespace": namespace,
+                                 "labels": kuberay.labels(cluster), "ownerReferences": [owner]},
+                    "stringData": {kuberay.TOKEN_KEY:
+                                   self.state.secrets.read(cluster_key(cluster))}}
+            try:
+                core.create_namespaced_secret(namespace, body)
+            except ApiException as exc:
+                if exc.status != 409:   # there already: this RayJob's, from its first run
+                    raise
+        return created, stored
 
     def follow_job(self, config: Config, name: str, *, timeout: float | None = None) -> Config:
         """The RayJob's status once its job ended (SUCCEEDED, FAILED, STOPPED) or its
@@ -305,7 +365,8 @@ class KubeRay:
                 pods = core.list_namespaced_pod(
                     namespace, label_selector=f"ray.io/cluster={record.name},ray.io/node-type=head")
             running = [p.metadata.name for p in pods.items
-                       if (p.status is None or p.status.phase in (None, "Running"))]
+                       if (p.status is None or p.status.phase in (None, "Running"))
+                       and p.metadata.deletion_timestamp is None]   # a going one answers no more
             if not running:
                 raise ClusterError(f"cluster {record.name} has no head pod running in "
                                    f"{namespace}", hint="`orchestrate status` says more")
@@ -359,12 +420,40 @@ class KubeRay:
                             hint=f"kubectl -n {namespace} {kubectl.format(pod=pod)}")
 
 
+REPLACE_ATTEMPTS = 5
+
+
+def _replacing(manifest: Config, live: Config) -> Config:
+    """The new RayCluster as a replacement of `live`: at its version, with the annotations and
+    finalizers other tools put there, and where the autoscaler scales a group, the replicas it
+    runs now (KubeRay's autoscaler owns them)."""
+    meta = live.get("metadata") or {}
+    body = copy.deepcopy(manifest)
+    body["metadata"] = {**body["metadata"], "resourceVersion": meta["resourceVersion"],
+                        **{k: meta[k] for k in ("annotations", "finalizers") if meta.get(k)}}
+    if body["spec"].get("enableInTreeAutoscaling"):
+        running = {g.get("groupName"): g.get("replicas")
+                   for g in (live.get("spec") or {}).get("workerGroupSpecs") or []}
+        for group in body["spec"]["workerGroupSpecs"]:
+            now = running.get(group["groupName"])
+            if isinstance(now, int):
+                group["replicas"] = min(max(now, group["minReplicas"]), group["maxReplicas"])
+    return body
+
+
 def _shut(stream: Any) -> None:
     try:
         stream.close()
         stream.websocket.shutdown()
     except Exception:  # noqa: BLE001, S110 - closing what may be closed already
         pass
+
+
+def _condition(status: Config, kind: str) -> bool | None:
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == kind:
+            return bool(condition.get("status") == "True")
+    return None
 
 
 def _condition_text(status: Config) -> str:

@@ -188,8 +188,8 @@ def price_source(config: Config) -> str:
 # --- preflight ---
 
 def kubeconfig_file() -> str:
-    return os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or \
-        os.path.expanduser("~/.kube/config")
+    """KUBECONFIG as kubectl reads it (several files, merged), else ~/.kube/config."""
+    return os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
 
 
 def api_client(provider: Config) -> Any:
@@ -224,7 +224,7 @@ def _has_auth_options(crd: Any) -> bool:
 
 def credentials() -> CheckResult:
     path = kubeconfig_file()
-    if not os.path.exists(path):
+    if not any(os.path.exists(p) for p in path.split(os.pathsep) if p):
         return CheckResult("kubernetes credentials", WARN, f"no kubeconfig at {path}",
                            "set KUBECONFIG, or write ~/.kube/config (your cloud's CLI does)")
     try:

@@ -973,7 +973,8 @@ def _submitter_quoting(spec: dict[str, Any]) -> Iterator[Finding]:
     if bad and spec.get("submissionMode", "K8sJobMode") == "K8sJobMode":
         yield Finding(("spec", "runtimeEnvYAML"), "KubeRay's submitter hands the runtime env "
                       "to bash in double quotes, where " + " and ".join(repr(c) for c in bad) +
-                      " would be expanded: leave them out of env_vars and the config",
+                      " would be expanded: leave them out of the experiment (its env_vars, its "
+                      "settings, its pip lines)",
                       "submitter-quoting")
 
 

@@ -285,6 +285,22 @@ def _with_digest(requirement: str, shipped: WorkingDir | None) -> str:
     return f"{requirement} # sha256:{files.digest()[:16]}"
 
 
+def _credential_files(root: Path) -> tuple[str, ...]:
+    """The kubeconfig files (KUBECONFIG's, ~/.kube/config) that lie in the working_dir, as
+    anchored patterns: a project that keeps its kind or CI kubeconfig beside its code must not
+    ship its client certificates with every job, nor into a RayJob's package store."""
+    found = []
+    for name in [*os.environ.get("KUBECONFIG", "").split(os.pathsep), "~/.kube/config"]:
+        if not name:
+            continue
+        try:
+            relative = Path(os.path.expanduser(name)).resolve().relative_to(root.resolve())
+        except ValueError:
+            continue
+        found.append(f"/{relative.as_posix()}")
+    return tuple(dict.fromkeys(found))
+
+
 def ship(spec: ExperimentSpec) -> WorkingDir:
     """The files of the working_dir the job will carry: all but orchestrate's default excludes,
     the experiment's `runtime_env.excludes`, the run's own storage_path, a RayJob's file://
@@ -301,6 +317,7 @@ def ship(spec: ExperimentSpec) -> WorkingDir:
     store = str((spec.document.get("own_cluster") or {}).get("package_store") or "")
     if store.startswith("file://"):   # a RayJob's package store: never inside its own zip
         inside.append(urllib.parse.urlparse(store).path)
-    excludes = excludes_for(spec.working_dir, extra, [*inside, str(home())])
+    excludes = excludes_for(spec.working_dir, extra, [*inside, str(home())]) + \
+        _credential_files(spec.working_dir)
     return scan(spec.working_dir, excludes,
                 include_gitignore=os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1")

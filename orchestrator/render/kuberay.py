@@ -13,11 +13,10 @@ Every resource is checked against KubeRay's CRD schema and the operator's rules
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
-
-import yaml
 
 from ..providers import kuberay
 
@@ -208,14 +207,18 @@ def ray_job(plan: JobPlan[JobConfig], cluster_config: Config, own: Mapping[str, 
     the job: `delete_after_seconds` after a success, `keep_failed_seconds` after a failure
     (kuberay#2615: a failed job's head kept to look into), with its workers freed at once
     where no autoscaler would refuse that."""
-    cluster = ray_cluster(cluster_config)
-    name = resource_name(str(plan.config["name"]), plan.submission_id)
     from ..contract import IMAGE_ENTRYPOINT
 
+    cluster = ray_cluster(cluster_config)
+    name = resource_name(str(plan.config["name"]), plan.submission_id)
+    # its own Secret (owned by the RayJob, going with it): a `down` of the cluster file's
+    # cluster, or an `up` with a new token, leaves a running RayJob's pods theirs
+    cluster["spec"]["authOptions"]["secretName"] = job_secret_name(name)
     spec: Config = {
         "entrypoint": IMAGE_ENTRYPOINT,
-        "runtimeEnvYAML": yaml.safe_dump(job_runtime_env(plan.runtime_env, uris),
-                                         sort_keys=True, width=1 << 20),
+        # JSON (which is YAML): KubeRay reads it with Go's YAML, which takes an unquoted 1e-4
+        # or 0o17 for a number where Python's writes a string
+        "runtimeEnvYAML": as_yaml(job_runtime_env(plan.runtime_env, uris)),
         "jobId": plan.submission_id,
         "submissionMode": "K8sJobMode",
         "rayClusterSpec": cluster["spec"],
@@ -225,8 +228,12 @@ def ray_job(plan: JobPlan[JobConfig], cluster_config: Config, own: Mapping[str, 
     if failed > after:
         # deletionRules cannot be combined with shutdownAfterJobFinishes (validation.go:771);
         # each rule has its own TTL instead
+        # a deployment that failed (the submitter, the head lost) has no FAILED jobStatus: its
+        # own rule, or its cluster would stay for ever (rayjob_controller.go isDeletionRuleMatched)
         rules = [_rule("DeleteCluster", "SUCCEEDED", after),
-                 _rule("DeleteCluster", "FAILED", failed)]
+                 _rule("DeleteCluster", "FAILED", failed),
+                 {"policy": "DeleteCluster",
+                  "condition": {"jobDeploymentStatus": "Failed", "ttlSeconds": failed}}]
         if not cluster["spec"].get("enableInTreeAutoscaling"):   # else KubeRay refuses it
             rules.insert(1, _rule("DeleteWorkers", "FAILED", 0))
         spec["deletionStrategy"] = {"deletionRules": rules}
@@ -241,6 +248,23 @@ def ray_job(plan: JobPlan[JobConfig], cluster_config: Config, own: Mapping[str, 
 
 
 KEEP_FAILED_S = 3600
+
+
+def job_secret_name(rayjob: str) -> str:
+    return f"orchestrate-{rayjob}"
+
+
+def as_yaml(document: Config) -> str:
+    """A YAML field KubeRay reads with Go's YAML (runtimeEnvYAML, serveConfigV2), as JSON:
+    every string quoted, read as the string it is."""
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def kept_seconds(own: Mapping[str, Any]) -> int:
+    """How long a failed RayJob's cluster stays (the shutdown TTL when failures are not
+    kept longer than successes)."""
+    after = int(own.get("delete_after_seconds", 0))
+    return max(int(own.get("keep_failed_seconds", KEEP_FAILED_S)), after)
 EXPERIMENT_LABEL = "orchestrate.dev/experiment"
 
 
@@ -255,12 +279,14 @@ def ray_service(application: Config, cluster_config: Config, port: int) -> Confi
 
     cluster = ray_cluster(cluster_config)
     serve_config = render_config(application, http_options("0.0.0.0", port))
+    for entry in cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]:
+        if entry["name"] == "serve":   # KubeRay's probes and serve Service use the named port
+            entry["containerPort"] = port
     return {"apiVersion": API_VERSION, "kind": "RayService",
             "metadata": {"name": resource_name(str(application["name"])),
                          "namespace": cluster["metadata"]["namespace"],
                          "labels": cluster["metadata"]["labels"]},
-            "spec": {"serveConfigV2": yaml.safe_dump(serve_config, sort_keys=False,
-                                                     width=1 << 20),
+            "spec": {"serveConfigV2": as_yaml(serve_config),
                      "rayClusterConfig": cluster["spec"]}}
 
 

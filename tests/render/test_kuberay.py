@@ -245,7 +245,7 @@ def test_every_example_service_renders_a_rayservice_kuberay_accepts(example, mon
     monkeypatch.setenv("ORCHESTRATE_HOME", "/ORCHESTRATE_HOME")
     service = as_rayservice(example)
     assert findings(service) == []
-    config = yaml.safe_load(service["spec"]["serveConfigV2"])
+    config = json.loads(service["spec"]["serveConfigV2"])   # JSON: YAML as Go reads it
     (application,) = config["applications"]
     assert application["runtime_env"]["py_modules"][0].startswith(STORE + "/orchestrate-")
     assert config["http_options"]["host"] == "0.0.0.0"
@@ -263,10 +263,28 @@ def test_a_rayjob_keeps_a_failed_runs_head_and_deletes_a_success():
     spec = job["spec"]
     assert spec["deletionStrategy"] == {"deletionRules": [
         {"policy": "DeleteCluster", "condition": {"jobStatus": "SUCCEEDED", "ttlSeconds": 60}},
-        {"policy": "DeleteCluster", "condition": {"jobStatus": "FAILED", "ttlSeconds": 3600}}]}
+        {"policy": "DeleteCluster", "condition": {"jobStatus": "FAILED", "ttlSeconds": 3600}},
+        # a submitter that failed, a head lost: no jobStatus FAILED, and still deleted
+        {"policy": "DeleteCluster",
+         "condition": {"jobDeploymentStatus": "Failed", "ttlSeconds": 3600}}]}
     assert "shutdownAfterJobFinishes" not in spec   # KubeRay refuses it beside deletionRules
-    assert spec["rayClusterSpec"]["authOptions"]["secretName"] == "orchestrate-kuberay-cpu"
-    assert len(job["metadata"]["name"]) <= 47
+    name = job["metadata"]["name"]
+    assert spec["rayClusterSpec"]["authOptions"]["secretName"] == f"orchestrate-{name}"
+    assert len(name) <= 47
+
+
+def test_yaml_fields_kuberay_reads_with_go_are_json_every_string_quoted(tmp_path):
+    """Go's YAML (sigs.k8s.io/yaml) takes an unquoted 1e-4 for a number; PyYAML writes the
+    string 1e-4 unquoted. JSON is YAML, and quotes every string."""
+    from orchestrator.render.experiment import JobPlan
+
+    plan = JobPlan(entrypoint="x", runtime_env={"env_vars": {"LR": "1e-4", "MODE": "0o17"}},
+                   config={"name": "e"}, submission_id="orchestrate-e-0123456789ab")
+    job = kuberay.ray_job(plan, rendered(EXAMPLE), {"package_store": STORE},
+                          {"orchestrate": f"{STORE}/o.zip"})
+    text = job["spec"]["runtimeEnvYAML"]
+    assert json.loads(text)["env_vars"] == {"LR": "1e-4", "MODE": "0o17"}
+    assert '"LR": "1e-4"' in text
 
 
 def test_a_rayjob_that_keeps_nothing_is_shut_down_after_its_ttl(tmp_path):
