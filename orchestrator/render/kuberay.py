@@ -151,11 +151,12 @@ def refused(config: Config) -> list[tuple[tuple[str | int, ...], str]]:
 
     manifest = ray_cluster(config)
     return [(source_path(config, finding.path),
-             f"RayCluster {_dotted(finding.path)}: {finding.message}")
+             f"RayCluster {dotted(finding.path)}: {finding.message}")
             for finding in findings(manifest)]
 
 
-def _dotted(path: tuple[str | int, ...]) -> str:
+def dotted(path: tuple[str | int, ...]) -> str:
+    """("spec", "workerGroupSpecs", 0, "maxReplicas") -> "spec.workerGroupSpecs[0].maxReplicas"."""
     text = ""
     for part in path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
