@@ -95,6 +95,7 @@ def test_a_kuberay_cluster_end_to_end_on_a_real_ray(local_ray, shared_ray, tmp_p
         assert main(["up", str(cluster_file), "-y"]) == 0, capsys.readouterr().err
         err = capsys.readouterr().err
         assert "its pods kept" in err and f"cluster {NAME} updated" in err, err
+        assert "  in the RayCluster:\n    ~ spec.workerGroupSpecs[0].maxReplicas\n" in err
         assert [w.split()[0] for w in writes_of_the_raycluster(kube, since)] == ["PUT"]
         assert kube.objects("rayclusters", NAMESPACE)[NAME]["spec"]["workerGroupSpecs"][0][
             "maxReplicas"] == 3
@@ -132,3 +133,35 @@ def test_a_kuberay_cluster_end_to_end_on_a_real_ray(local_ray, shared_ray, tmp_p
         assert main(["logs", job["job_id"], "--cluster", NAME]) == 0
         assert "ORCHESTRATE_RESULT" in capsys.readouterr().out
     assert forward_threads() == []   # every forward's streams closed
+
+
+def test_apply_of_a_project_with_a_kuberay_cluster(local_ray, shared_ray, tmp_path,
+                                                   monkeypatch, capsys):
+    """`apply` waits for Ray's nodes through the port-forward (it has no --no-wait), so it is
+    tested here; then `plan`'s refresh asks the cluster through the forward: unchanged."""
+    dashboard = urlparse(local_ray.address)
+    root = tmp_path / "repo"
+    (root / "clusters").mkdir(parents=True)
+    (root / "orchestrate.yaml").write_text(yaml.safe_dump(
+        {"project": "p", "include": ["clusters/*.yaml"]}))
+    (root / "clusters" / "kr.yaml").write_text(CLUSTER)
+    monkeypatch.chdir(root)
+    with FakeKube(namespaces=("default", NAMESPACE), step=0.02, delete_delay=0.02) as kube:
+        monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig(tmp_path / "kubeconfig")))
+        kube.route(NAME, 8265, (dashboard.hostname, dashboard.port))
+        # the project's tokens are files on this machine: the shared Ray's, kept by `apply`
+        State.here().secrets.put(cluster_key(NAME), shared_ray.token)
+
+        assert main(["plan"]) == 0
+        assert f"+ cluster/{NAME}: create" in capsys.readouterr().out
+        assert main(["apply", "-y"]) == 0, capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert "1/1 nodes alive" in err, err
+        assert NAME in kube.objects("rayclusters", NAMESPACE)
+
+        assert main(["plan", "--format", "json"]) == 0   # refreshed through the forward
+        plan = json.loads(capsys.readouterr().out)
+        assert plan["refreshed"] and plan["drift"] == [], plan
+        assert [(c["address"], c["action"]) for c in plan["changes"]] == \
+            [(f"cluster/{NAME}", "no-op")]
+    assert forward_threads() == []
