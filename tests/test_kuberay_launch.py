@@ -294,3 +294,45 @@ def test_a_kuberay_without_authoptions_is_refused_before_and_after_up(tmp_path, 
         assert fake.objects("rayclusters", NAMESPACE) == {} or all(
             "deletionTimestamp" in c["metadata"]
             for c in fake.objects("rayclusters", NAMESPACE).values())
+
+
+def test_a_forward_closed_as_its_connections_end_ends_its_streams_cleanly(kube, tmp_path):
+    """Each stream's proxy thread (the client's) ends without an error, whichever side closes
+    first: a websocket shut under it made it die of a bad file descriptor."""
+    import socket
+    import socketserver
+    import threading
+
+    class Once(socketserver.StreamRequestHandler):   # answers, then closes: the server first
+        def handle(self):
+            self.wfile.write(self.rfile.readline())
+
+    died: list[BaseException] = []
+    hook = threading.excepthook
+    threading.excepthook = lambda args: died.append(args.exc_value)
+    try:
+        with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Once) as server:
+            server.daemon_threads = True
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            kube.route("kr", 8265, server.server_address)
+            State.here().secrets.ensure(cluster_key("kr"))
+            backend = KubeRay(State.here(), lambda _: None)
+            backend.launch("kr", "kuberay", rendered(tmp_path, FILE), restart=True, timeout=30)
+            from orchestrator.state import ClusterRecord
+
+            record = ClusterRecord(name="kr", provider="kuberay", file="", config_hash="",
+                                   state="up", head_ip="10.0.0.1", dashboard_host="127.0.0.1",
+                                   dashboard_port=8265)
+            for _ in range(5):
+                with backend.forward(record, 8265, timeout=10) as port:
+                    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+                    for sock in held:
+                        sock.sendall(b"ping\n")
+                    assert [sock.recv(5) for sock in held] == [b"ping\n"] * 4
+                for sock in held:
+                    sock.close()
+            server.shutdown()
+        proxies = [t for t in threading.enumerate() if t.name.startswith("Kubernetes port")]
+        assert proxies == [] and died == []
+    finally:
+        threading.excepthook = hook

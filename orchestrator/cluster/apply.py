@@ -111,6 +111,10 @@ def up(spec: ClusterSpec, state: State, options: UpOptions, progress: Progress,
             progress(f"changes to cluster {spec.name} since the last up:")
             for line in plan.changes:
                 progress(f"  {line}")
+            if plan.resource_changes:
+                progress("  in the RayCluster:")
+                for line in plan.resource_changes:
+                    progress(f"    {line}")
         if plan.needs_confirmation and not confirm(_question(plan)):
             raise OrchestrateError("cancelled; nothing was changed")
         names = providers.get(spec.provider).tls_names(rendered.config)

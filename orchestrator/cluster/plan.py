@@ -6,6 +6,9 @@
 - recorded: what state says was last handed to Ray (None: never launched from here)
 - live:     what the cluster answered just now (None: not asked, or it did not answer)
 
+A change lists the config's changed fields (Ray's dialect, dotted); for a KubeRay cluster also
+those of the RayCluster it renders to (`resource_changes`), which is what the API server gets.
+
 No I/O here; `orchestrator.cluster.apply` carries a plan out. The actions:
 
     create    nothing is running that we launched: `ray up`
@@ -20,13 +23,14 @@ The words, past tenses and plan marks of the actions are `orchestrator.actions.A
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from .. import providers
 from ..actions import Action
-from ..render.cluster import RenderedCluster
+from ..render.cluster import KUBERAY, RenderedCluster
 from ..state import UP, ClusterRecord
 
 if TYPE_CHECKING:  # the type only: importing health brings the HTTP client
@@ -71,6 +75,7 @@ class ClusterPlan:
     action: Action
     reason: str
     changes: tuple[str, ...] = ()       # "+ field", "- field", "~ field", in field order
+    resource_changes: tuple[str, ...] = ()   # the same of the RayCluster (a KubeRay cluster)
     jobs_survive: bool = True           # running jobs keep running through the action
     live: Health | None = None
     was_up: bool = False                # the record says the last `up` succeeded
@@ -87,7 +92,9 @@ class ClusterPlan:
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "action": self.action.value, "reason": self.reason,
-                "changes": list(self.changes), "jobs_survive": self.jobs_survive,
+                "changes": list(self.changes),
+                "resource_changes": list(self.resource_changes),
+                "jobs_survive": self.jobs_survive,
                 "destructive": self.destructive}
 
 
@@ -95,6 +102,16 @@ def plan_cluster(desired: RenderedCluster | None, recorded: Recorded | None,
                  live: Health | None, *, asked: bool = True) -> ClusterPlan:
     """`asked` False: the cluster was not asked (`plan --refresh=false`); a cluster recorded
     as up is taken to be up."""
+    plan = _decide(desired, recorded, live, asked=asked)
+    if plan.changes and desired is not None and recorded is not None and \
+            recorded.config is not None and recorded.record.provider == desired.provider:
+        plan = dataclasses.replace(plan, resource_changes=tuple(
+            resource_diff(recorded.config, desired.config, desired.provider)))
+    return plan
+
+
+def _decide(desired: RenderedCluster | None, recorded: Recorded | None,
+            live: Health | None, *, asked: bool) -> ClusterPlan:
     was_up = recorded is not None and recorded.record.state == UP
     if desired is None:
         if recorded is None:
@@ -149,6 +166,45 @@ def diff(old: Config, new: Config) -> list[str]:
         elif before[key] != after[key]:
             lines.append(f"~ {key}")
     return lines
+
+
+def resource_diff(old: Config, new: Config, provider: str) -> list[str]:
+    """A KubeRay cluster's change as the RayCluster's changed fields, in field order
+    ("~ spec.workerGroupSpecs[0].maxReplicas"); none for other clusters, or when the recorded
+    config no longer renders (state is data: it may be old or damaged)."""
+    if providers.get(provider).LAUNCH != KUBERAY:
+        return []
+    from ..render.kuberay import dotted, ray_cluster
+
+    try:
+        before = _leaves(ray_cluster(old))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return []
+    after = _leaves(ray_cluster(new))
+    lines = []
+    for path in sorted(set(before) | set(after),
+                       key=lambda p: [(0, k, "") if isinstance(k, int) else (1, 0, k) for k in p]):
+        if path not in before:
+            lines.append(f"+ {dotted(path)}")
+        elif path not in after:
+            lines.append(f"- {dotted(path)}")
+        elif before[path] != after[path]:
+            lines.append(f"~ {dotted(path)}")
+    return lines
+
+
+def _leaves(value: Any, path: tuple[str | int, ...] = ()) -> dict[tuple[str | int, ...], Any]:
+    """Every leaf of a resource by its path, list items by their index."""
+    if isinstance(value, dict) and value:
+        items: list[tuple[str | int, Any]] = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, list) and value:
+        items = list(enumerate(value))
+    else:
+        return {path: value}
+    found: dict[tuple[str | int, ...], Any] = {}
+    for key, item in items:
+        found.update(_leaves(item, (*path, key)))
+    return found
 
 
 def _fields(changes: tuple[str, ...] | list[str]) -> list[str]:

@@ -95,11 +95,11 @@ def plain_host(value: Any, where: str) -> str:
 
 def _check_provider(config: dict[str, Any], where: str) -> dict[str, Any]:
     provider = config.get("provider")
-    if not isinstance(provider, dict) or provider.get("type") not in providers.RAY_UP \
+    if not isinstance(provider, dict) or provider.get("type") not in providers.PROVIDERS \
             or "module" in provider:
         kind = provider.get("type") if isinstance(provider, dict) else provider
         raise StateError(f"{where}: provider {kind!r} is not one orchestrate launches",
-                         hint=f"providers: {', '.join(providers.RAY_UP)}")
+                         hint=f"providers: {', '.join(providers.PROVIDERS)}")
     for key in ("head_ip", "external_head_ip"):
         if provider.get(key) is not None:
             plain_host(provider[key], f"{where}: provider.{key}")
@@ -151,12 +151,12 @@ def _record(name: str, entry: Entry, recorded: dict[str, Any], wanted: Desired |
     head = fields.get("head_ip")
     head = plain_host(head, f"{where}: record.head_ip") if head is not None else None
     provider = entry.get("provider")
-    if provider not in providers.RAY_UP:
+    if provider not in providers.PROVIDERS:
         raise StateError(f"{where}: provider {provider!r} is not one orchestrate launches")
     if wanted is not None:
         assert wanted.rendered is not None
         host, port = wanted.rendered.dashboard.host, wanted.rendered.dashboard.port
-        named = providers.ray_up_site(wanted.rendered.provider).head_address(wanted.rendered.config)
+        named = providers.named_head(wanted.rendered.provider, wanted.rendered.config)
         if named:  # on-prem: the file names the head; a state's other address is not contacted
             head = named
     else:

@@ -20,11 +20,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from .. import providers
 from ..actions import GROUPS, Action
 from ..cluster.plan import Recorded, plan_cluster
 from ..errors import Problem, SpecError
 from ..language.experiment import ExperimentSpec
 from ..language.project import Budget
+from ..render.cluster import KUBERAY
+from ..render.kuberay import secret_name
 from ..state import UP, ClusterRecord
 from ..state.document import Entry, StateDoc, address
 from .cost import PlanCost, estimate, plan_cost
@@ -45,6 +48,7 @@ class Change:
     before: str | None = None           # the hash state records
     after: str | None = None            # the hash the file renders to
     fields: tuple[str, ...] = ()        # "~ max_workers", "+ setup_commands", ...
+    resource_fields: tuple[str, ...] = ()   # a KubeRay cluster's RayCluster: "~ spec...."
     interrupts: tuple[str, ...] = ()    # running jobs this change would stop
     cluster: str | None = None          # an experiment's cluster (None: the embedded Ray)
     destructive: bool = False
@@ -56,7 +60,8 @@ class Change:
         found = {"address": self.address, "kind": self.kind, "name": self.name,
                  "file": self.file, "action": self.action, "reason": self.reason,
                  "destructive": self.destructive, "before": self.before, "after": self.after,
-                 "fields": list(self.fields), "interrupts": list(self.interrupts),
+                 "fields": list(self.fields), "resource_fields": list(self.resource_fields),
+                 "interrupts": list(self.interrupts),
                  "cluster": self.cluster, "runs": list(self.runs)}
         if self.price is not None:
             found["price"] = self.price
@@ -110,6 +115,13 @@ def what_runs(entry: Entry) -> list[str]:
     entry: shown by `plan`, as data, for a person to read before --allow-destructive."""
     config = _mapping(entry.get("config"))
     provider = _mapping(config.get("provider"))
+    known = providers.PROVIDERS.get(str(provider.get("type")))
+    if known is not None and known.LAUNCH == KUBERAY:   # no `ray down`, no ssh
+        name, namespace = entry.get("name"), provider.get("namespace")
+        return [f"delete the RayCluster {namespace!r}/{name!r} and its token's Secret "
+                f"{namespace!r}/{secret_name(str(name))!r} through the Kubernetes API, "
+                + (f"kubeconfig context {provider['context']!r}" if provider.get("context")
+                   else "the kubeconfig's current context")]
     auth = _mapping(config.get("auth"))
     record = _mapping(entry.get("record"))
     hosts = [provider.get("head_ip") or record.get("head_ip"),
@@ -176,7 +188,7 @@ def _cluster_changes(desired: dict[str, Desired], doc: StateDoc, live: Live,
             where, "cluster", name, item.file if item else entry.get("file", "") if entry else "",
             action, reason,
             before=entry.get("hash") if entry else None, after=item.hash if item else None,
-            fields=plan.changes, destructive=destructive,
+            fields=plan.changes, resource_fields=plan.resource_changes, destructive=destructive,
             interrupts=tuple(seen.running()) if destructive and seen else (),
             runs=tuple(what_runs(entry)) if item is None and entry is not None else ()))
     return changes, drift

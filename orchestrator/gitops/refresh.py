@@ -46,7 +46,7 @@ def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State,
         return ClusterLive(None, f"its file {entry.get('file')!r} is not planned, and "
                                  f"orchestrate reaches a cluster only as its file says",
                            asked=False)
-    named = providers.ray_up_site(wanted.rendered.provider).head_address(wanted.rendered.config)
+    named = providers.named_head(wanted.rendered.provider, wanted.rendered.config)
     recorded = (entry.get("record") or {}).get("head_ip")
     if named and recorded != named:
         return ClusterLive(None, f"the state says its head is {recorded!r}, its file names "

@@ -107,6 +107,9 @@ def _lines(change: Change) -> list[str]:
     lines = [f"{change.action.symbol:>3} {change.address}: {change.action} "
              f"({change.reason})" + (f"  [{change.file}]" if change.file else "")]
     lines += [f"      {field}" for field in change.fields]
+    if change.resource_fields:
+        lines.append("      in the RayCluster:")
+        lines += [f"        {field}" for field in change.resource_fields]
     price = price_line(change)
     if price:
         lines.append(f"      {price}")
@@ -161,6 +164,9 @@ def markdown(plan: ProjectPlan, commit: str | None) -> str:
             for c in detailed:
                 out.append(f"# {c.address}")
                 out += [f.replace("~ ", "! ", 1) for f in c.fields]
+                if c.resource_fields:
+                    out.append(f"# {c.address}: in the RayCluster")
+                    out += [f.replace("~ ", "! ", 1) for f in c.resource_fields]
             out += ["```", "</details>"]
         for c in plan.actions:
             if c.runs:
@@ -257,7 +263,8 @@ def _plan_problem(document: dict[str, Any]) -> str | None:
 
 def from_json(document: dict[str, Any]) -> ProjectPlan:
     def change(c: dict[str, Any]) -> Change:
-        values: dict[str, Any] = {k: tuple(v) if k in ("fields", "interrupts", "runs") else v
+        values: dict[str, Any] = {k: tuple(v) if k in ("fields", "resource_fields", "interrupts",
+                                                        "runs") else v
                                   for k, v in c.items()}
         values["action"] = Action(values["action"])
         return Change(**values)

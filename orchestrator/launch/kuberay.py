@@ -16,10 +16,12 @@ command that does it.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Collection, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -38,6 +40,7 @@ POLL_S = 0.5
 JOB_POLL_S = float(os.environ.get("ORCHESTRATE_RAYJOB_POLL_S", "2"))
 # KubeRay's jobDeploymentStatus once nothing more will happen to the job
 JOB_ENDED = ("Complete", "Failed", "ValidationFailed")
+SHUT_S = 5.0   # for a port-forward's proxy thread to end, once its socket is closed
 Config = dict[str, Any]
 
 
@@ -442,8 +445,18 @@ def _replacing(manifest: Config, live: Config) -> Config:
 
 
 def _shut(stream: Any) -> None:
-    try:
+    """Close a port-forward stream: our end of its socket pair, upon which the client's proxy
+    thread closes the websocket and ends; then the websocket, which that thread leaves open
+    when the server closed first. Not before the thread has ended: shut under its `select`, the
+    thread dies of a bad file descriptor."""
+    with contextlib.suppress(OSError):
         stream.close()
+    for thread in threading.enumerate():   # the stream's proxy (kubernetes.stream.ws_client)
+        if getattr(getattr(thread, "_target", None), "__self__", None) is stream:
+            thread.join(SHUT_S)
+            if thread.is_alive():
+                return
+    try:
         stream.websocket.shutdown()
     except Exception:  # noqa: BLE001, S110 - closing what may be closed already
         pass

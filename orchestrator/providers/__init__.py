@@ -2,6 +2,7 @@
 
     get(name) -> Provider                      the module for a `provider.type`
     ray_up_site(name) -> RayUpSite             the same module, as the `ray up` backend asks it
+    named_head(name, config) -> str | None     the head's address a config names (on-prem)
     PROVIDERS                                  name -> module; the cluster schema's provider
                                                enum is generated from it (scripts/build_schemas.py)
     check_cluster(spec) -> list[CheckResult]   every preflight check for one cluster spec
@@ -18,7 +19,7 @@ otherwise ask login.microsoftonline.com about a custom AZURE_AUTHORITY_HOST).
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..errors import MissingDependency, PreflightError
 from . import aws, azure, gcp, kuberay, local
@@ -31,7 +32,8 @@ RAY_UP: dict[str, RayUpSite] = {aws.NAME: aws, gcp.NAME: gcp, azure.NAME: azure,
 
 
 __all__ = ["CheckResult", "PROVIDERS", "Provider", "RAY_UP", "RayUpSite", "OK", "WARN", "FAIL",
-           "get", "ray_up_site", "check_cluster", "ensure_ready", "check_credentials", "failures"]
+           "get", "ray_up_site", "named_head", "check_cluster", "ensure_ready", "check_credentials",
+           "failures"]
 
 
 class SpecWithProvider(ClusterView, Protocol):
@@ -55,6 +57,13 @@ def ray_up_site(name: str) -> RayUpSite:
         return RAY_UP[name]
     except KeyError:
         raise PreflightError(f"provider {name!r} is not launched with `ray up`") from None
+
+
+def named_head(name: str, config: dict[str, Any]) -> str | None:
+    """The head's address the rendered config names (an on-prem cluster's `head_ip`); None
+    where the head is found once launched (a cloud's, a KubeRay head pod)."""
+    site = RAY_UP.get(name)
+    return site.head_address(config) if site is not None else None
 
 
 def _quiet_sdks() -> None:

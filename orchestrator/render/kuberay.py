@@ -158,11 +158,12 @@ def refused(config: Config) -> list[tuple[tuple[str | int, ...], str]]:
 
     manifest = ray_cluster(config)
     return [(source_path(config, finding.path),
-             f"RayCluster {_dotted(finding.path)}: {finding.message}")
+             f"RayCluster {dotted(finding.path)}: {finding.message}")
             for finding in findings(manifest)]
 
 
-def _dotted(path: tuple[str | int, ...]) -> str:
+def dotted(path: tuple[str | int, ...]) -> str:
+    """("spec", "workerGroupSpecs", 0, "maxReplicas") -> "spec.workerGroupSpecs[0].maxReplicas"."""
     text = ""
     for part in path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
@@ -294,4 +295,4 @@ def findings_at(manifest: Config) -> list[str]:
     """What KubeRay would refuse in a RayJob or RayService, one line each with its field."""
     from ..providers.kuberay_check import findings
 
-    return [f"{manifest['kind']} {_dotted(f.path)}: {f.message}" for f in findings(manifest)]
+    return [f"{manifest['kind']} {dotted(f.path)}: {f.message}" for f in findings(manifest)]
