@@ -78,13 +78,17 @@ def test_rendered_cluster_runs_with_token_auth_and_no_secret(cluster, capsys):
     assert not token_path.exists()  # rendering never creates or reads the token
 
 
-def test_render_never_shows_an_existing_token(capsys):
+@pytest.mark.parametrize("example, cluster", [
+    ("cluster_configs/aws-gpu.yaml", "cluster_configs/aws-gpu.yaml"),
+    ("cluster_configs/kuberay.yaml", "cluster_configs/kuberay.yaml"),        # a RayCluster
+    ("experiments/quickstart-kuberay.yaml", "cluster_configs/kuberay.yaml"),  # a RayJob
+])
+def test_render_never_shows_an_existing_token(example, cluster, capsys):
     from orchestrator.state import State, cluster_key
 
-    cluster = REPO / "cluster_configs/aws-gpu.yaml"
-    token = State.here().secrets.ensure(cluster_key(config_name(cluster))).read_text()
+    token = State.here().secrets.ensure(cluster_key(config_name(REPO / cluster))).read_text()
     for fmt in ("text", "json"):
-        assert token not in render(cluster, capsys, fmt)
+        assert token not in render(REPO / example, capsys, fmt)
 
 
 def test_cloud_dashboard_binds_to_loopback(capsys):
