@@ -19,6 +19,30 @@ from orchestrator.render.cluster import render_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "cluster_configs" / "kuberay.yaml"
+# aws-gpu.yaml's cluster on Kubernetes, in Ray's own form (available_node_types)
+RAY_FORM = """cluster_name: kuberay-gpu
+max_workers: 8
+idle_timeout_minutes: 10
+provider: {type: kuberay, namespace: ml, context: gpu, image: rayproject/ray-ml:2.60.0-gpu}
+available_node_types:
+  head:
+    node_config: {memory: 16Gi}
+    resources: {CPU: 0}
+  gpu_worker:
+    node_config:
+      memory: 28Gi
+      node_selector: {node.kubernetes.io/instance-type: g5.xlarge}
+      tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+    resources: {CPU: 4, GPU: 1}
+    min_workers: 0
+    max_workers: 8
+head_node_type: head
+"""
+KUBERAY_CLUSTERS = ["kuberay.yaml", "ray-form"]
+
+
+def example_file(which: str, tmp_path: Path) -> Path:
+    return EXAMPLE if which == "kuberay.yaml" else write(tmp_path, RAY_FORM)
 
 
 def rendered(path: Path) -> dict:
@@ -41,8 +65,9 @@ head: {cpus: 1}
 """
 
 
-def test_the_example_renders_a_raycluster_kuberay_accepts():
-    ray_cluster = manifest()
+@pytest.mark.parametrize("which", KUBERAY_CLUSTERS)
+def test_the_example_renders_a_raycluster_kuberay_accepts(which, tmp_path):
+    ray_cluster = manifest(example_file(which, tmp_path))
     assert findings(ray_cluster) == []
     assert ray_cluster["kind"] == "RayCluster" and ray_cluster["apiVersion"] == "ray.io/v1"
     assert ray_cluster["metadata"]["namespace"] == "ml"
@@ -55,19 +80,21 @@ def test_the_rendered_ray_version_is_the_one_orchestrate_pins():
     assert version("ray") == kuberay.RAY_VERSION
 
 
-def test_rays_own_autoscaler_reads_the_files_node_types_back():
+@pytest.mark.parametrize("which", KUBERAY_CLUSTERS)
+def test_rays_own_autoscaler_reads_the_files_node_types_back(which, tmp_path):
     pytest.importorskip("ray")
     from ray.autoscaler._private.kuberay.autoscaling_config import (
         _HEAD_GROUP_NAME,
         _derive_autoscaling_config_from_ray_cr,
     )
 
-    config = rendered(EXAMPLE)
-    read = _derive_autoscaling_config_from_ray_cr(manifest())   # also Ray's validate_config
+    example = example_file(which, tmp_path)
+    config = rendered(example)
+    read = _derive_autoscaling_config_from_ray_cr(manifest(example))   # and validate_config
     head = config["head_node_type"]
     for name, node_type in config["available_node_types"].items():
         theirs = read["available_node_types"][_HEAD_GROUP_NAME if name == head else name]
-        memory = {"8Gi": 8 << 30, "16Gi": 16 << 30, "32Gi": 32 << 30}[
+        memory = {"8Gi": 8 << 30, "16Gi": 16 << 30, "28Gi": 28 << 30, "32Gi": 32 << 30}[
             node_type["node_config"]["memory"]]   # from the container's memory limit
         assert theirs["resources"] == {**{k: int(v) for k, v in node_type["resources"].items()},
                                        "memory": memory}
