@@ -90,6 +90,14 @@ def test_a_training_workers_profile_names_its_loop(ssh_cluster, shared_dir, tmp_
         shown = through_the_dashboard(ssh_cluster, found["workers"][0], tmp_path)
     finally:
         main(["stop", job_id])
+
+        def ended() -> bool:   # before shared_dir goes: a stopping job still writes its metrics
+            main(["jobs", "--cluster", ssh_cluster.name, "--format", "json"])
+            rows = json.loads(capsys.readouterr().out or "[]")
+            return any(r["job_id"] == job_id and r["status"] in ("STOPPED", "SUCCEEDED", "FAILED")
+                       for r in rows)
+
+        until(ended, timeout=120, interval=2)
     # the dashboard's own Stack Trace view, in a browser `orchestrate dashboard` signed in
     assert re.search(r"busy_training_loop \(\S*busy\.py:\d+\)", shown), shown[:2000]
     assert found["target"] == f"cluster {ssh_cluster.name}"
