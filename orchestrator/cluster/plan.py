@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import providers
 from ..actions import Action
-from ..render.cluster import KUBERAY, RenderedCluster
+from ..render.cluster import RenderedCluster
 from ..state import UP, ClusterRecord
 
 if TYPE_CHECKING:  # the type only: importing health brings the HTTP client
@@ -157,14 +157,20 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 def diff(old: Config, new: Config) -> list[str]:
     """Dotted field names that were added, removed or changed, in order."""
     before, after = _flatten(old), _flatten(new)
+    return _marked(before, after, sorted(set(before) | set(after)), str)
+
+
+def _marked(before: dict[Any, Any], after: dict[Any, Any], keys: list[Any],
+            shown: Any) -> list[str]:
+    """"+ key", "- key", "~ key" for the keys added, removed or changed, in `keys`' order."""
     lines = []
-    for key in sorted(set(before) | set(after)):
+    for key in keys:
         if key not in before:
-            lines.append(f"+ {key}")
+            lines.append(f"+ {shown(key)}")
         elif key not in after:
-            lines.append(f"- {key}")
+            lines.append(f"- {shown(key)}")
         elif before[key] != after[key]:
-            lines.append(f"~ {key}")
+            lines.append(f"~ {shown(key)}")
     return lines
 
 
@@ -172,7 +178,7 @@ def resource_diff(old: Config, new: Config, provider: str) -> list[str]:
     """A KubeRay cluster's change as the RayCluster's changed fields, in field order
     ("~ spec.workerGroupSpecs[0].maxReplicas"); none for other clusters, or when the recorded
     config no longer renders (state is data: it may be old or damaged)."""
-    if providers.get(provider).LAUNCH != KUBERAY:
+    if providers.get(provider).LAUNCH != providers.kuberay.LAUNCH:
         return []
     from ..render.kuberay import dotted, ray_cluster
 
@@ -181,16 +187,9 @@ def resource_diff(old: Config, new: Config, provider: str) -> list[str]:
     except (KeyError, TypeError, ValueError, AttributeError):
         return []
     after = _leaves(ray_cluster(new))
-    lines = []
-    for path in sorted(set(before) | set(after),
-                       key=lambda p: [(0, k, "") if isinstance(k, int) else (1, 0, k) for k in p]):
-        if path not in before:
-            lines.append(f"+ {dotted(path)}")
-        elif path not in after:
-            lines.append(f"- {dotted(path)}")
-        elif before[path] != after[path]:
-            lines.append(f"~ {dotted(path)}")
-    return lines
+    paths = sorted(set(before) | set(after),
+                   key=lambda p: [(0, k, "") if isinstance(k, int) else (1, 0, k) for k in p])
+    return _marked(before, after, paths, dotted)
 
 
 def _leaves(value: Any, path: tuple[str | int, ...] = ()) -> dict[tuple[str | int, ...], Any]:

@@ -25,12 +25,12 @@ def render_document(spec: ClusterSpec | ExperimentSpec | ServiceSpec) -> dict[st
     if isinstance(spec, ServiceSpec):
         return render_service(spec)
     if isinstance(spec, ClusterSpec):
-        from ..render.cluster import KUBERAY, render_cluster
+        from ..render.cluster import render_cluster
         from ..state import State, cluster_key
 
         token_file = State.here().secrets.path(cluster_key(spec.name))
         config = render_cluster(spec, token_file=str(token_file)).config
-        if providers.get(spec.provider).LAUNCH == KUBERAY:
+        if providers.get(spec.provider).LAUNCH == providers.kuberay.LAUNCH:
             from ..render.kuberay import ray_cluster
 
             return ray_cluster(config)
@@ -68,7 +68,8 @@ def render_service(spec: ServiceSpec) -> dict[str, Any]:
         checkpoint = checkpoint_of(spec, State.here())
     except SpecError:
         checkpoint = f"<the {spec.checkpoint or 'given'} checkpoint of the model's latest run>"
-    kuberay = spec.cluster is not None and providers.get(spec.cluster.provider).LAUNCH == "kuberay"
+    kuberay = spec.cluster is not None and \
+        providers.get(spec.cluster.provider).LAUNCH == providers.kuberay.LAUNCH
     store = spec.document.get("package_store")
     package = {}
     if kuberay and store:   # a RayService: the package where the cluster fetches it

@@ -26,7 +26,6 @@ from ..cluster.plan import Recorded, plan_cluster
 from ..errors import Problem, SpecError
 from ..language.experiment import ExperimentSpec
 from ..language.project import Budget
-from ..render.cluster import KUBERAY
 from ..render.kuberay import secret_name
 from ..state import UP, ClusterRecord
 from ..state.document import Entry, StateDoc, address
@@ -116,7 +115,7 @@ def what_runs(entry: Entry) -> list[str]:
     config = _mapping(entry.get("config"))
     provider = _mapping(config.get("provider"))
     known = providers.PROVIDERS.get(str(provider.get("type")))
-    if known is not None and known.LAUNCH == KUBERAY:   # no `ray down`, no ssh
+    if known is not None and known.LAUNCH == providers.kuberay.LAUNCH:   # no `ray down`, no ssh
         name, namespace = entry.get("name"), provider.get("namespace")
         return [f"delete the RayCluster {namespace!r}/{name!r} and its token's Secret "
                 f"{namespace!r}/{secret_name(str(name))!r} through the Kubernetes API, "

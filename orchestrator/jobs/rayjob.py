@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import JobError, Problem, SpecError
 from ..launch.kuberay import KubeRay
@@ -33,9 +33,15 @@ if TYPE_CHECKING:
 
 
 def manifest(spec: ExperimentSpec, plan: JobPlan[JobConfig],
-             shipped: WorkingDir | None) -> dict[str, object]:
+             shipped: WorkingDir | None) -> dict[str, Any]:
     """The RayJob `run` would create (the store's URIs from the files' digests), or SpecError
     naming `own_cluster` with what KubeRay would refuse."""
+    return _rendered(spec, plan, shipped)[1]
+
+
+def _rendered(spec: ExperimentSpec, plan: JobPlan[JobConfig],
+              shipped: WorkingDir | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the cluster file's config, the RayJob made from it)."""
     assert spec.cluster is not None   # the language requires a KubeRay cluster file
     own = spec.document["own_cluster"]
     config = render_cluster(spec.cluster, token_file="-").config
@@ -43,7 +49,7 @@ def manifest(spec: ExperimentSpec, plan: JobPlan[JobConfig],
     refused = kuberay.findings_at(job)
     if refused:
         raise SpecError([_problem(spec, line) for line in refused])
-    return job
+    return config, job
 
 
 def _problem(spec: ExperimentSpec, message: str) -> Problem:
@@ -65,9 +71,8 @@ def run(spec: ExperimentSpec, plan: JobPlan[JobConfig], shipped: WorkingDir, sta
     if force:   # another RayJob of the same experiment (as --force makes another Ray job)
         plan = dataclasses.replace(
             plan, submission_id=f"{plan.submission_id}-{int(time.time() * 1000):x}")
-    job = manifest(spec, plan, shipped)
-    config = render_cluster(spec.cluster, token_file="-").config
-    name = str(job["metadata"]["name"])   # type: ignore[index]
+    config, job = _rendered(spec, plan, shipped)
+    name = str(job["metadata"]["name"])
     namespace = str(config["provider"]["namespace"])
     store = spec.document["own_cluster"]["package_store"]
     progress(f"putting the job's code in {store}")

@@ -190,7 +190,7 @@ def _own_cluster_problems(doc: Document, data: dict[str, Any],
         return []
     from .. import providers
 
-    if cluster is None or providers.get(cluster.provider).LAUNCH != "kuberay":
+    if cluster is None or providers.get(cluster.provider).LAUNCH != providers.kuberay.LAUNCH:
         return [doc.problem(("own_cluster",), "own_cluster needs a KubeRay cluster file in "
                             "`cluster` (provider type kuberay): the run becomes a RayJob")]
     found = []

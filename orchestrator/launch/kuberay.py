@@ -45,7 +45,7 @@ Config = dict[str, Any]
 
 
 class KubeRay:
-    NAME = "kuberay"
+    NAME = provider_module.LAUNCH
     FORWARD = "a port-forward to the head pod"
     VIA = "port-forward"
     SHELL_ON_HEAD = False

@@ -262,10 +262,10 @@ def check(spec: ClusterView) -> list[CheckResult]:
 
     try:
         crds = ApiextensionsV1Api(client)
-        missing, old = [], []
+        missing, old, read = [], [], {}
         for crd in CRDS:
             try:
-                found = crds.read_custom_resource_definition(crd)
+                found = read[crd] = crds.read_custom_resource_definition(crd)
                 served = [v.name for v in found.spec.versions if v.served]
             except ApiException as exc:
                 if exc.status != 404:
@@ -282,7 +282,7 @@ def check(spec: ClusterView) -> list[CheckResult]:
         elif old:
             checks.fail("kuberay", f"KubeRay is older than v1: {'; '.join(old)}",
                         "upgrade KubeRay to v1.7.0 or newer", ("provider", "type"))
-        elif not _has_auth_options(crds.read_custom_resource_definition(CRDS[0])):
+        elif not _has_auth_options(read[CRDS[0]]):
             checks.fail("kuberay", "this KubeRay's RayCluster has no authOptions (before "
                         "v1.5): the API server would drop them, and the cluster would run "
                         "without token authentication", "upgrade KubeRay to v1.7.0 or newer",

@@ -17,8 +17,6 @@ from .. import providers
 from ..language.cluster import ClusterSpec
 from .harden import Dashboard, harden_ray_config
 
-KUBERAY = "kuberay"   # the launch backend whose clusters KubeRay's operator runs
-
 # orchestrate's code that runs on the head outside jobs (orchestrator/head), mounted where the
 # start command below runs it from, and the watcher it starts after `ray start`.
 HEAD_SOURCE = str(Path(__file__).resolve().parent.parent / "head")
@@ -80,7 +78,7 @@ def with_watcher(config: dict[str, Any], head_source: str = HEAD_SOURCE) -> dict
 def render_cluster(spec: ClusterSpec, *, token_file: str) -> RenderedCluster:
     provider = providers.get(spec.provider)
     config = copy.deepcopy(spec.document)
-    if provider.LAUNCH == KUBERAY:
+    if provider.LAUNCH == providers.kuberay.LAUNCH:
         return _kuberay(spec, config)
     base = spec.path.resolve().parent
     mounts = config.get("file_mounts")
