@@ -5,6 +5,7 @@
     ├── MissingDependency       an optional extra is not installed (hint: the pip command)
     ├── PreflightError          a cloud check failed before anything was launched
     ├── ClusterError            launching, reaching or tearing down a cluster failed
+    │   └── NotContacted        before anything reached it (no kubeconfig): nothing changed
     ├── JobError                submitting or following a Ray job failed
     ├── ServeError              deploying, reaching or removing a Serve application failed
     └── StateError              a project's shared state: unreadable, refused, or locked
@@ -115,6 +116,11 @@ class PreflightError(OrchestrateError):
 
 class ClusterError(OrchestrateError):
     """Launching, reaching or tearing down a cluster failed."""
+
+
+class NotContacted(ClusterError):
+    """Nothing reached the cluster (no kubeconfig, an unknown context): nothing of it changed,
+    so what is recorded of it still holds."""
 
 
 class JobError(OrchestrateError):

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import launch, providers
 from ..actions import Action
-from ..errors import ClusterError, OrchestrateError, PreflightError
+from ..errors import ClusterError, NotContacted, OrchestrateError, PreflightError
 from ..language.cluster import ClusterSpec
 from ..launch import known_hosts
 from ..reach.endpoint import open_cluster
@@ -221,6 +221,7 @@ def _down(record: ClusterRecord, state: State, progress: Progress, *,
     config = state.store.read_rendered(name)
     if config is not None:  # else `up` stopped before anything was handed to Ray
         backend = launch.backend(record, state, progress)
+        was = record.state
         record.state, record.message = STOPPING, None
         state.store.write_cluster(record)
         _keep_logs(record, config, state, progress)
@@ -238,6 +239,9 @@ def _down(record: ClusterRecord, state: State, progress: Progress, *,
                     from None
             for warning in warnings:
                 progress(f"  warning: {warning}")
+        except NotContacted as exc:   # nothing was torn down: the cluster is as recorded
+            _fail(record, state, was, exc.message)
+            raise
         except (ClusterError, KeyboardInterrupt) as exc:
             message = exc.message if isinstance(exc, ClusterError) else \
                 f"interrupted during {backend.command('down')}"

@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from ..errors import ClusterError, MissingDependency
+from ..errors import ClusterError, MissingDependency, NotContacted
 from ..providers import kuberay as provider_module
 from ..render import kuberay
 from ..state import ClusterRecord, State, cluster_key
@@ -76,7 +76,7 @@ class KubeRay:
         except MissingDependency:
             raise
         except Exception as exc:  # noqa: BLE001 - no kubeconfig, an unknown context, an auth plugin
-            raise ClusterError(f"no Kubernetes client for {provider_module.kubeconfig_file()}: "
+            raise NotContacted(f"no Kubernetes client for {provider_module.kubeconfig_file()}: "
                                f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
                                hint="check KUBECONFIG and provider.context "
                                     "(`orchestrate check FILE`)") from None
