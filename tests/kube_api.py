@@ -17,6 +17,7 @@ resources a KubeRay launcher uses, with the bodies and errors the real server se
 
     kube.route("c1", 8265, ("127.0.0.1", dashboard_port))   # port-forwards to c1's head reach it
     kube.fail_job("j1")                                      # the RayJob j1 will fail
+    kube.write_before_replace("rayclusters", "c1")   # the operator writes first: 409 Conflict
     kube.objects("rayjobs"), kube.submitted("j1"), kube.requests   # what a test asserts on
 
 What it implements:
@@ -25,7 +26,8 @@ What it implements:
   `data`), services, pods: create, get, list (label and `metadata.name` field selectors),
   replace, patch, delete, and watch (pods, services, secrets);
 - ray.io/v1 rayclusters, rayjobs, rayservices: create, get, list, replace (resourceVersion
-  required, as for every custom resource, and 409 when stale), patch (merge patch, RFC 7386;
+  required, as for every custom resource, and 409 when stale, as when the operator wrote in
+  between: `write_before_replace`), patch (merge patch, RFC 7386;
   JSON patch, RFC 6902; a strategic merge patch is refused with 415, as for any custom
   resource, while for core objects it is taken as a plain merge patch), delete (the object
   gets a deletionTimestamp and goes after `delete_delay`, as if a finalizer ran), the `status`
@@ -36,6 +38,7 @@ What it implements:
   `/version` and discovery of `/apis/ray.io/v1`;
 - a kubelet of sorts: a pod runs (phase Running, Ready, a podIP) one step after it is created,
   unless it needs a Secret that does not exist (`CreateContainerConfigError`, as kubelet says);
+  a deleted pod may keep running a while (`pod_grace`), counted by the operator meanwhile;
 - a KubeRay operator stepping RayCluster, RayJob and RayService through the states and status
   fields of v1.7.0's types (see `_step_cluster`, `_step_job`, `_step_service`), one step every
   `step` seconds. It is a model, not KubeRay's code: the order of the states and the fields are
@@ -321,18 +324,22 @@ class FakeKube:
     60 * seconds_scale. job_outcome(name) -> "SUCCEEDED" | "FAILED" | "RUNNING" decides how a
     RayJob ends ("RUNNING": it runs until `set_job_outcome`); default SUCCEEDED. auth_options
     False: the API server has KubeRay's CRDs from before v1.5, and prunes a RayCluster's
-    authOptions as the real one would.
+    authOptions as the real one would. pod_grace: seconds a deleted pod keeps running (its
+    containers' graceful termination) before it goes; meanwhile the operator counts it as
+    KubeRay does: among the ready workers, and as the head (its name, HeadPodReady) while it
+    lasts. With 0 (the default) a deleted pod is not counted.
     """
 
     def __init__(self, *, namespaces: tuple[str, ...] = ("default",), kuberay: bool = True,
                  step: float = 0.2, delete_delay: float = 0.05, seconds_scale: float = 0.001,
                  job_outcome: Callable[[str], str] | None = None, token: str | None = None,
-                 auth_options: bool = True):
+                 auth_options: bool = True, pod_grace: float = 0.0):
         self.namespaces = {name: {"uid": str(uuid.uuid4()), "created": now()} for name in namespaces}
         self.kuberay = kuberay
         self.auth_options = auth_options
         self.step = step
         self.delete_delay = delete_delay
+        self.pod_grace = pod_grace
         self.seconds_scale = seconds_scale
         self.job_outcome = job_outcome
         self.token = token or token_source.token_urlsafe(24)
@@ -347,6 +354,7 @@ class FakeKube:
         self._ips = {"pod": 1, "service": 1}
         self._routes: dict[tuple[str, int], tuple[str, int]] = {}
         self._outcomes: dict[tuple[str, str], str] = {}
+        self._before_replace: dict[tuple[str, str, str], int] = {}
         self._submitted: dict[tuple[str, str], Json] = {}
         self._finished: set[str] = set()           # uids of RayJobs whose deletion plan started
         self._running: dict[tuple[str, str, str], asyncio.Task] = {}
@@ -488,6 +496,13 @@ class FakeKube:
     def fail_job(self, name: str, namespace: str = "default") -> None:
         self.set_job_outcome(name, "FAILED", namespace)
 
+    def write_before_replace(self, plural: str, name: str, namespace: str = "default",
+                             times: int = 1) -> None:
+        """The operator writes the object's status just before each of the next `times`
+        replaces (PUT) of it arrives, as if between the client's read and its replace: each of
+        those replaces is at a stale resourceVersion (409 Conflict)."""
+        self._before_replace[(plural, namespace, name)] = times
+
     # ---- the store --------------------------------------------------------------------
 
     def _changed(self) -> None:
@@ -591,7 +606,8 @@ class FakeKube:
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
             self._write(plural, namespace, obj)
             uid = obj["metadata"]["uid"]
-            self._later(self.delete_delay, lambda: self._remove(plural, namespace, name, uid))
+            delay = self.delete_delay + (self.pod_grace if plural == "pods" else 0)
+            self._later(delay, lambda: self._remove(plural, namespace, name, uid))
         return obj
 
     def _remove(self, plural: str, namespace: str, name: str, uid: str) -> None:
@@ -824,6 +840,7 @@ class FakeKube:
                                                   "uid": obj["metadata"]["uid"]}})
         if request.method == "PUT":
             new = await self._body(request)
+            obj = self._written_between(res.plural, ns, obj)
             self._check_update(res, obj, new, name)
         elif request.method == "PATCH":
             new = self._patched(res, obj, await self._body(request),
@@ -866,6 +883,17 @@ class FakeKube:
         else:
             new["status"] = status
         return web.json_response(self._write(res.plural, ns, new, by_api=True))
+
+    def _written_between(self, plural: str, namespace: str, obj: Json) -> Json:
+        """The object as it is once the operator wrote its status, when a test asked for that
+        before this replace (write_before_replace)."""
+        key = (plural, namespace, obj["metadata"]["name"])
+        if not self._before_replace.get(key):
+            return obj
+        self._before_replace[key] -= 1
+        written = copy.deepcopy(obj)
+        written.setdefault("status", {})["lastUpdateTime"] = now()
+        return self._write(plural, namespace, written)
 
     def _patched(self, res: Resource, obj: Json, patch: Any, content_type: str) -> Json:
         kind = content_type.split(";", maxsplit=1)[0].strip().lower()
@@ -1259,10 +1287,10 @@ class FakeKube:
                 self._delete("pods", namespace, extra["metadata"]["name"])
         cluster = self._get("rayclusters", namespace, name) or cluster
         cluster = copy.deepcopy(cluster)
-        # status, from the pods as they are now
+        # status, from the pods as they are now (and those going, while they run: pod_grace)
         pods = [p for (ns, _), p in self._store["pods"].items()
                 if ns == namespace and (p["metadata"].get("labels") or {}).get("ray.io/cluster")
-                == name and "deletionTimestamp" not in p["metadata"]]
+                == name and ("deletionTimestamp" not in p["metadata"] or self.pod_grace)]
         head = next((p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "head"),
                     None)
         workers_ready = sum(1 for p in pods if p["metadata"]["labels"].get("ray.io/node-type")

@@ -7,7 +7,14 @@ Ray's nodes (--no-wait); tests/test_kuberay_ray.py routes the forward to a real 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
+import os
+import socket
+import socketserver
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,8 +23,9 @@ from orchestrator.cli import main
 from orchestrator.errors import ClusterError
 from orchestrator.launch.kuberay import KubeRay
 from orchestrator.render.kuberay import ray_cluster, secret_name
-from orchestrator.state import State, cluster_key
-from tests.kube_api import FakeKube
+from orchestrator.state import ClusterRecord, State, cluster_key
+from orchestrator.util.waiting import poll
+from tests.kube_api import FakeKube, close_client
 
 NAMESPACE = "ml"
 FILE = """cluster_name: kr
@@ -28,10 +36,18 @@ workers:
 """
 
 
+@contextmanager
+def serving(tmp_path: Path, monkeypatch, **options) -> Iterator[FakeKube]:
+    """A fake with a fast operator, which KUBECONFIG names."""
+    with FakeKube(namespaces=("default", NAMESPACE), step=0.02, delete_delay=0.02,
+                  **options) as fake:
+        monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig(tmp_path / "kubeconfig")))
+        yield fake
+
+
 @pytest.fixture
 def kube(tmp_path, monkeypatch):
-    with FakeKube(namespaces=("default", NAMESPACE), step=0.02, delete_delay=0.02) as fake:
-        monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig(tmp_path / "kubeconfig")))
+    with serving(tmp_path, monkeypatch) as fake:
         yield fake
 
 
@@ -94,10 +110,11 @@ def test_up_writes_the_token_secret_first_then_the_raycluster_and_down_removes_b
     assert State.here().store.read_cluster("kr") is None
 
 
-def test_up_refuses_to_take_over_a_raycluster_it_did_not_make(kube, tmp_path, capsys):
-    client = kube.client(tmp_path)
+def foreign_raycluster(kube: FakeKube, tmp_path: Path) -> None:
+    """A RayCluster `kr` that someone else made (no orchestrate.dev/cluster label)."""
     from kubernetes.client import CustomObjectsApi
 
+    client = kube.client(tmp_path)
     try:
         CustomObjectsApi(client).create_namespaced_custom_object(
             "ray.io", "v1", NAMESPACE, "rayclusters",
@@ -106,14 +123,97 @@ def test_up_refuses_to_take_over_a_raycluster_it_did_not_make(kube, tmp_path, ca
              "spec": {"headGroupSpec": {"template": {"spec": {"containers": [
                  {"name": "ray-head", "image": "x"}]}}}}})
     finally:
-        from tests.kube_api import close_client
-
         close_client(client)
+
+
+def test_up_refuses_to_take_over_a_raycluster_it_did_not_make(kube, tmp_path, capsys):
+    foreign_raycluster(kube, tmp_path)
     assert main(["up", str(cluster_file(tmp_path)), "--no-wait", "-y"]) == 1
     err = capsys.readouterr().err
     assert "exists that orchestrate did not create" in err and "Traceback" not in err
     assert kube.objects("rayclusters", NAMESPACE)["kr"]["spec"]["headGroupSpec"][
         "template"]["spec"]["containers"][0]["image"] == "x"
+
+
+def test_down_leaves_a_raycluster_it_did_not_make(kube, tmp_path, capsys):
+    """`down` of the cluster whose `up` was refused does not delete the RayCluster there,
+    which has no orchestrate.dev/cluster label."""
+    foreign_raycluster(kube, tmp_path)
+    assert main(["up", str(cluster_file(tmp_path)), "--no-wait", "-y"]) == 1
+    capsys.readouterr()
+    assert main(["down", "kr", "-y"]) == 1
+    err = capsys.readouterr().err
+    assert "RayCluster ml/kr exists that orchestrate did not create" in err
+    assert "Traceback" not in err
+    assert "deletionTimestamp" not in kube.objects("rayclusters", NAMESPACE)["kr"]["metadata"]
+    assert [r.path for r in kube.requests if r.method == "DELETE"] == []
+
+
+def test_a_secret_it_did_not_make_is_neither_overwritten_by_up_nor_deleted_by_down(
+        kube, tmp_path, capsys):
+    """A Secret named as the cluster's token Secret, without orchestrate's label, keeps its
+    token through `up` (refused) and `down`."""
+    from kubernetes.client import CoreV1Api
+
+    client = kube.client(tmp_path)
+    try:
+        CoreV1Api(client).create_namespaced_secret(NAMESPACE, {
+            "metadata": {"name": secret_name("kr")}, "stringData": {"auth_token": "theirs"}})
+    finally:
+        close_client(client)
+    assert main(["up", str(cluster_file(tmp_path)), "--no-wait", "-y"]) == 1
+    err = capsys.readouterr().err
+    assert "Secret ml/orchestrate-kr exists that orchestrate did not create" in err
+    assert main(["down", "kr", "-y"]) == 0
+    secret = kube.objects("secrets", NAMESPACE)[secret_name("kr")]
+    assert base64.b64decode(secret["data"]["auth_token"]) == b"theirs"
+    assert "deletionTimestamp" not in secret["metadata"]
+    assert {r.method for r in kube.requests if r.path.startswith(
+        f"/api/v1/namespaces/{NAMESPACE}/secrets/")} == {"GET"}   # read, never written
+
+
+def test_an_unknown_context_is_an_error_naming_it(kube, tmp_path, capsys):
+    """A provider.context the kubeconfig lacks: a ClusterError (exit 1) naming it and
+    KUBECONFIG, not a bug (exit 3)."""
+    path = cluster_file(tmp_path, FILE.replace("ml,", "ml, context: nowhere,"))
+    assert main(["up", str(path), "--no-wait", "-y", "--skip-preflight"]) == 1
+    err = capsys.readouterr().err
+    assert "nowhere" in err and "KUBECONFIG" in err and "Traceback" not in err
+    assert kube.objects("rayclusters", NAMESPACE) == {}
+
+
+def test_down_without_its_kubeconfig_says_so_and_leaves_the_cluster_recorded_up(
+        kube, tmp_path, monkeypatch, capsys):
+    """A kubeconfig file that is gone: `down` fails with a ClusterError (exit 1) naming
+    KUBECONFIG and the file, deletes nothing, and the record is not left `stopping`."""
+    assert main(["up", str(cluster_file(tmp_path)), "--no-wait", "-y"]) == 0
+    capsys.readouterr()
+    missing = tmp_path / "gone" / "kubeconfig"
+    monkeypatch.setenv("KUBECONFIG", str(missing))
+    assert main(["down", "kr", "-y"]) == 1
+    err = capsys.readouterr().err
+    assert str(missing) in err and "KUBECONFIG" in err and "Traceback" not in err
+    assert State.here().store.read_cluster("kr").state == "up"
+    assert "deletionTimestamp" not in kube.objects("rayclusters", NAMESPACE)["kr"]["metadata"]
+
+
+def test_a_context_in_the_second_kubeconfig_file_is_found(kube, tmp_path, monkeypatch):
+    """KUBECONFIG naming several files (os.pathsep between them) is merged, as kubectl
+    merges it: the cluster file's context is in the second."""
+    import yaml
+
+    first = tmp_path / "first"
+    first.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "elsewhere",
+        "clusters": [{"name": "elsewhere", "cluster": {"server": "http://127.0.0.1:9"}}],
+        "users": [{"name": "elsewhere", "user": {"token": "t"}}],
+        "contexts": [{"name": "elsewhere",
+                      "context": {"cluster": "elsewhere", "user": "elsewhere"}}]}))
+    second = kube.kubeconfig(tmp_path / "second", context="team")
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(first), str(second)]))
+    path = cluster_file(tmp_path, FILE.replace("ml,", "ml, context: team,"))
+    assert main(["up", str(path), "--no-wait", "-y"]) == 0
+    assert kube.objects("rayclusters", NAMESPACE)["kr"]["status"]["state"] == "ready"
 
 
 def rendered(tmp_path: Path, text: str) -> Path:
@@ -129,21 +229,120 @@ def head_pods(kube: FakeKube) -> set[str]:
             if pod["metadata"]["labels"].get("ray.io/node-type") == "head"}
 
 
-def test_an_in_place_update_keeps_the_pods_and_a_restart_makes_new_ones(kube, tmp_path):
+def launched(tmp_path: Path, text: str = FILE, *, restart: bool = True) -> KubeRay:
+    """The backend, once its `up` of the cluster file `text` returned (the token made
+    first)."""
     State.here().secrets.ensure(cluster_key("kr"))
     backend = KubeRay(State.here(), lambda _: None)
-    backend.launch("kr", "kuberay", rendered(tmp_path, FILE), restart=True, timeout=30)
+    backend.launch("kr", "kuberay", rendered(tmp_path, text), restart=restart, timeout=30)
+    return backend
+
+
+def up_record() -> ClusterRecord:
+    """The record of the cluster `kr` once it is up, as `forward` reads it."""
+    return ClusterRecord(name="kr", provider="kuberay", file="", config_hash="", state="up",
+                         head_ip="10.0.0.1", dashboard_host="127.0.0.1", dashboard_port=8265)
+
+
+def test_an_in_place_update_keeps_the_pods_and_a_restart_makes_new_ones(kube, tmp_path):
+    launched(tmp_path)
     first = head_pods(kube)
-    backend.launch("kr", "kuberay", rendered(tmp_path, FILE.replace("max_workers: 3",
-                                                                    "max_workers: 5")),
-                   restart=False, timeout=30)
+    launched(tmp_path, FILE.replace("max_workers: 3", "max_workers: 5"), restart=False)
     assert head_pods(kube) == first
     assert kube.objects("rayclusters", NAMESPACE)["kr"]["spec"]["workerGroupSpecs"][0][
         "maxReplicas"] == 5
-    backend.launch("kr", "kuberay", rendered(tmp_path, FILE.replace("memory: 2Gi",
-                                                                    "memory: 3Gi")),
-                   restart=True, timeout=30)
+    launched(tmp_path, FILE.replace("memory: 2Gi", "memory: 3Gi"))
     assert head_pods(kube) and head_pods(kube).isdisjoint(first)
+
+
+def test_a_replace_the_operator_wrote_before_is_read_again_keeping_what_others_set(
+        kube, tmp_path):
+    """`up` of a live cluster whose replace meets 409 Conflict (the operator wrote status
+    between the read and the replace) reads it again and retries; the replicas the autoscaler
+    set and another tool's annotations and finalizers are kept."""
+    from kubernetes.client import CustomObjectsApi
+
+    launched(tmp_path)
+    client = kube.client(tmp_path)
+    try:
+        CustomObjectsApi(client).patch_namespaced_custom_object(
+            "ray.io", "v1", NAMESPACE, "rayclusters", "kr", [
+                {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 2},
+                {"op": "add", "path": "/metadata/annotations", "value": {"team/owner": "ml"}},
+                {"op": "add", "path": "/metadata/finalizers", "value": ["team/keep"]}],
+            _content_type="application/json-patch+json")
+    finally:
+        close_client(client)
+    kube.write_before_replace("rayclusters", "kr", NAMESPACE)
+    launched(tmp_path, FILE.replace("max_workers: 3", "max_workers: 5"), restart=False)
+    cluster = kube.objects("rayclusters", NAMESPACE)["kr"]
+    group = cluster["spec"]["workerGroupSpecs"][0]
+    assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (1, 2, 5)
+    assert cluster["metadata"]["annotations"] == {"team/owner": "ml"}
+    assert cluster["metadata"]["finalizers"] == ["team/keep"]
+    replaces = [r for r in kube.requests if r.method == "PUT" and r.path.endswith("/kr")]
+    assert len(replaces) >= 2   # the first was answered 409
+
+
+def test_a_restart_waits_for_a_new_head_pod(tmp_path, monkeypatch):
+    """After a restart KubeRay still says `ready` and names the old head pod while it
+    terminates (it counts going pods as ready): `up` waits until a new head pod is ready."""
+    with serving(tmp_path, monkeypatch, pod_grace=1) as kube:
+        launched(tmp_path)
+        first = head_pods(kube)
+        launched(tmp_path, FILE.replace("memory: 2Gi", "memory: 3Gi"))
+        head = kube.objects("rayclusters", NAMESPACE)["kr"]["status"]["head"]["podName"]
+        assert head not in first
+        pod = kube.objects("pods", NAMESPACE)[head]
+        assert pod["status"]["phase"] == "Running" and "deletionTimestamp" not in pod["metadata"]
+
+
+class Says(socketserver.TCPServer):
+    """A loopback listener that sends `word` to each connection, then closes it."""
+
+    def __init__(self, word: bytes) -> None:
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                self.request.sendall(word)
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def __exit__(self, *args) -> None:
+        self.shutdown()
+        super().__exit__(*args)
+
+
+def test_the_forward_skips_a_head_pod_being_deleted(tmp_path, monkeypatch):
+    """While the old head pod terminates beside its replacement (both Running, the old one
+    listed first), the port-forward goes to the new one."""
+    names = (f"{n:05d}" for n in itertools.count())   # pods named in the order they are made
+    monkeypatch.setattr("tests.kube_api.suffix", lambda: next(names))
+    with serving(tmp_path, monkeypatch, pod_grace=60) as kube, Says(b"old") as old_head, \
+            Says(b"new") as new_head:
+        backend = launched(tmp_path)
+        (old,) = head_pods(kube)
+        kube.route(old, 8265, old_head.server_address)
+        from kubernetes.client import CoreV1Api
+
+        client = kube.client(tmp_path)
+        try:
+            CoreV1Api(client).delete_namespaced_pod(old, NAMESPACE)
+        finally:
+            close_client(client)
+
+        def replaced() -> str | None:
+            pods = kube.objects("pods", NAMESPACE)
+            return next((name for name in head_pods(kube) - {old}
+                         if pods[name]["status"]["phase"] == "Running"), None)
+
+        new = poll(replaced, timeout=10, interval=0.02)
+        assert new is not None and sorted([old, new]) == [old, new]
+        kube.route(new, 8265, new_head.server_address)
+        with backend.forward(up_record(), 8265, timeout=10) as port, \
+                socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            assert sock.recv(16) == b"new"
+        assert "deletionTimestamp" in kube.objects("pods", NAMESPACE)[old]["metadata"]
 
 
 def test_a_cluster_that_never_gets_ready_times_out_with_what_kuberay_said(kube, tmp_path):
@@ -172,15 +371,8 @@ def test_the_head_is_reached_through_a_port_forward(kube, tmp_path):
     with socketserver.TCPServer(("127.0.0.1", 0), Hello) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         kube.route("kr", 8265, server.server_address)
-        State.here().secrets.ensure(cluster_key("kr"))
-        backend = KubeRay(State.here(), lambda _: None)
-        backend.launch("kr", "kuberay", rendered(tmp_path, FILE), restart=True, timeout=30)
-        from orchestrator.state import ClusterRecord
-
-        record = ClusterRecord(name="kr", provider="kuberay", file="", config_hash="",
-                               state="up", head_ip="10.0.0.1", dashboard_host="127.0.0.1",
-                               dashboard_port=8265)
-        with backend.forward(record, 8265, timeout=10) as port, \
+        backend = launched(tmp_path)
+        with backend.forward(up_record(), 8265, timeout=10) as port, \
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as answer:
             assert answer.read() == b"hello"
         server.shutdown()
@@ -315,16 +507,9 @@ def test_a_forward_closed_as_its_connections_end_ends_its_streams_cleanly(kube, 
             server.daemon_threads = True
             threading.Thread(target=server.serve_forever, daemon=True).start()
             kube.route("kr", 8265, server.server_address)
-            State.here().secrets.ensure(cluster_key("kr"))
-            backend = KubeRay(State.here(), lambda _: None)
-            backend.launch("kr", "kuberay", rendered(tmp_path, FILE), restart=True, timeout=30)
-            from orchestrator.state import ClusterRecord
-
-            record = ClusterRecord(name="kr", provider="kuberay", file="", config_hash="",
-                                   state="up", head_ip="10.0.0.1", dashboard_host="127.0.0.1",
-                                   dashboard_port=8265)
+            backend = launched(tmp_path)
             for _ in range(5):
-                with backend.forward(record, 8265, timeout=10) as port:
+                with backend.forward(up_record(), 8265, timeout=10) as port:
                     held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
                     for sock in held:
                         sock.sendall(b"ping\n")

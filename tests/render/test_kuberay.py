@@ -221,7 +221,8 @@ def as_rayjob(path: Path) -> dict:
     return rayjob.manifest(spec, render_job(spec, shipped), shipped)
 
 
-def as_rayservice(path: Path) -> dict:
+def as_rayservice(path: Path, **settings) -> dict:
+    """The example's RayService on the KubeRay example cluster (`settings` over its own)."""
     from dataclasses import replace
 
     from orchestrator.commands.render import render_service
@@ -229,7 +230,7 @@ def as_rayservice(path: Path) -> dict:
 
     spec = load_service(path, here=False)
     spec = replace(spec, cluster=load_cluster(EXAMPLE),
-                   document={**spec.document, "package_store": STORE})
+                   document={**spec.document, "package_store": STORE, **settings})
     return render_service(spec)
 
 
@@ -277,6 +278,18 @@ def test_every_example_service_renders_a_rayservice_kuberay_accepts(example, mon
     assert application["runtime_env"]["py_modules"][0].startswith(STORE + "/orchestrate-")
     assert config["http_options"]["host"] == "0.0.0.0"
     check_golden(f"services__{example.name}", stable(service))
+
+
+def test_a_rayservice_names_its_http_port_serve(monkeypatch):
+    """A service on another http_port than Serve's 8000: the head's port named `serve`, which
+    KubeRay's probes and serve Service use, is that port."""
+    monkeypatch.setenv("ORCHESTRATE_HOME", "/ORCHESTRATE_HOME")
+    service = as_rayservice(SERVICES[0], http_port=8123)
+    head = service["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]
+    ports = {p["name"]: p["containerPort"] for p in head["containers"][0]["ports"]}
+    assert ports["serve"] == 8123 and ports["dashboard"] == 8265
+    assert json.loads(service["spec"]["serveConfigV2"])["http_options"]["port"] == 8123
+    assert findings(service) == []
 
 
 def test_every_kuberay_golden_file_has_an_example():
