@@ -77,6 +77,11 @@ from ..util.waiting import until
 from . import archive, idle
 from .endpoint import EMBEDDED, Endpoint
 
+# The embedded Ray is one node on this machine, never drained or preempted: Ray Train's
+# preemption watcher (an actor of its own per run, polling Ray for draining nodes) is only a
+# cost there: about 2 s of CPU per run, of the ~45 s a one-epoch MLP run's processes take (measured).
+# A job's own env_vars may still turn it on.
+ONE_NODE_SETTINGS = {"RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 TOKEN_KEY = "local-ray"
 LABEL = "the embedded Ray"
 
@@ -232,6 +237,7 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"  # else SIGTERM waits to drain the node
     env.update(QUEUE_SETTINGS)   # runs wait in Ray's job queue for their turn, as on clusters
+    env.update(ONE_NODE_SETTINGS)
     for key in PROFILING_SETTINGS:
         env.pop(key, None)       # on only when asked, never inherited
     if profiling:

@@ -15,6 +15,7 @@ import pytest
 from orchestrator.jobs import needs
 from orchestrator.jobs.client import TERMINAL, JobsClient
 from orchestrator.state import State
+from orchestrator.util import http
 
 from .conftest import MLP, TABLE, cli
 
@@ -74,6 +75,13 @@ def test_ten_runs_at_once_all_finish_no_more_running_together_than_fit(local_ray
     for job in jobs.list():
         if job.submission_id in ids:
             assert float(job.metadata[needs.SHARE_KEY]) * fit <= needs.HEAD_SHARE
+    # the embedded Ray is one node, never preempted: Train's preemption watcher (an actor per
+    # run) is not started there (embedded.ONE_NODE_SETTINGS); its controllers were
+    endpoint = local_ray.endpoint(State.here().secrets)
+    classes = [row["class_name"] for row in http.get_json(
+        endpoint.address, "/api/v0/actors?limit=10000", endpoint.token, timeout=30)
+        ["data"]["result"]["result"]]
+    assert "TrainController" in classes and "PreemptionWatcher" not in classes, set(classes)
     # the CSVs' columns were found without Ray Data's Limit[1] run, whose cancelled tasks meet
     # a race in Ray's core worker that aborted about 1 driver in 40 with two runs at once
     assert not [job_id for job_id in ids if "LimitOperator" in jobs.logs(job_id)]
