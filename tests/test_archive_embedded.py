@@ -14,7 +14,7 @@ from orchestrator.reach import embedded
 from orchestrator.state import State
 from tests.helpers import jobs_client
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.own_ray]
 
 
 def cli(*args: str) -> tuple[int, str, str]:

@@ -11,7 +11,7 @@ from orchestrator.reach import embedded as local
 from orchestrator.state import State
 from tests.helpers import jobs_client
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.own_ray]
 
 
 def secrets():

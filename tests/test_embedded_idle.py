@@ -141,6 +141,7 @@ def gone(ray: embedded.EmbeddedRay, guard: int) -> bool:
 
 
 @pytest.mark.ray
+@pytest.mark.own_ray
 def test_warm_reused_busy_with_a_job_idle_stopped_crashed_replaced_and_stopped(monkeypatch,
                                                                               capsys):
     """Three embedded Rays (~10 s each to start). A limit of 1m while the test looks at a warm

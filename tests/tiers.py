@@ -44,6 +44,9 @@ def pytest_collection_modifyitems(config, items) -> None:
             wrong.append(f"{item.nodeid}: uses {sorted(names & RAY_FIXTURES)} but is not marked ray")
         if names & SSH_FIXTURES and "ssh" not in marks:
             wrong.append(f"{item.nodeid}: uses {sorted(names & SSH_FIXTURES)} but is not marked ssh")
+        if "own_ray" in marks and ("ray" not in marks or names & RAY_FIXTURES):
+            wrong.append(f"{item.nodeid}: marked own_ray, so it must be marked ray and use none "
+                         f"of {sorted(RAY_FIXTURES)}")
         if "ssh" in marks and not names & SSH_FIXTURES:
             wrong.append(f"{item.nodeid}: marked ssh but uses none of {sorted(SSH_FIXTURES)}")
     if wrong:
