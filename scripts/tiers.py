@@ -135,6 +135,7 @@ def main(argv: list[str]) -> int:
             continue
         started = time.monotonic()
         # the first tier of a stage prints as it goes; the others into a file, printed after
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
         outputs = {tier.name: (ARTIFACTS / f"tier-{tier.name}.log").open("w")
                    for tier in running[1:]}
         processes = [(tier, start_tier(tier, extra, outputs.get(tier.name)), time.monotonic())
