@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +79,11 @@ class Recorder:
 
 
 @contextlib.contextmanager
-def serving(answer: Any = None, *, redirect_to: str | None = None,
-            port: int = 0) -> Iterator[Recorder]:
+def serving(answer: Any = None, *, redirect_to: str | None = None, port: int = 0,
+            respond: Callable[[str], tuple[int, Any]] | None = None) -> Iterator[Recorder]:
     """An HTTP server in this process on 127.0.0.1 (`port`, else any): answers `answer` as JSON
-    (a dashboard's /api/version by default), or 302 to `redirect_to`; records every request."""
+    (a dashboard's /api/version by default), or 302 to `redirect_to`, or what `respond(path)`
+    returns (status, JSON); records every request."""
     recorder = Recorder()
     import ray  # noqa: F401 - only for the version a real dashboard would name
 
@@ -105,11 +106,15 @@ def serving(answer: Any = None, *, redirect_to: str | None = None,
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            self.send_response(200)
+            status, reply = 200, body
+            if respond is not None:
+                status, answered = respond(self.path)
+                reply = json.dumps(answered).encode()
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(len(reply)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(reply)
 
         do_GET = do_POST = do_PUT = do_CONNECT = _any  # noqa: N815 - http.server's names
 

@@ -28,7 +28,7 @@ from ..util.progress import Progress
 from ..util.ssh import HostKeyChanged
 from ..util.waiting import poll
 from . import archive, tls
-from .health import Health, probe, probe_cluster
+from .health import Answered, Health, probe, probe_cluster
 from .plan import ClusterPlan, Recorded, plan_cluster
 
 Confirm = Callable[[str], bool]
@@ -56,15 +56,28 @@ class UpResult:
         return self.plan.action.done
 
 
+# (forward's timeout, each answer's timeout) of each try at a cluster recorded up
+PROBE_WAITS = ((15.0, 5.0), (60.0, 30.0))
+
+
 def refresh(record: ClusterRecord | None, state: State, progress: Progress) -> Health | None:
     """What the cluster answers now (None when it is not recorded up, or does not answer)."""
     if record is None or record.state != UP:
         return None
-    try:
-        return probe_cluster(record, state)
-    except ClusterError as exc:
-        progress(f"cluster {record.name} is recorded as up but {exc.message}")
-        return None
+    # A cluster that does not answer is planned a restart, which stops its jobs: a busy head
+    # (a dashboard slow to answer, an SSH forward slow to open) is asked once more, waiting
+    # longer, before it is taken for gone. A refusal is an answer: not asked again.
+    for attempt, (timeout, answer_timeout) in enumerate(PROBE_WAITS):
+        try:
+            return probe_cluster(record, state, timeout=timeout, answer_timeout=answer_timeout)
+        except Answered as exc:
+            progress(f"cluster {record.name} is recorded as up but {exc.message}")
+            return None
+        except ClusterError as exc:
+            again = PROBE_WAITS[attempt + 1:]
+            progress(f"cluster {record.name} is recorded as up but {exc.message}"
+                     + (f"; asking again, waiting up to {again[0][1]:g} s" if again else ""))
+    return None
 
 
 def _recorded(name: str, state: State, progress: Progress) -> Recorded | None:

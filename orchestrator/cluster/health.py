@@ -26,17 +26,21 @@ class Health:
                 "node_ips": list(self.node_ips), "node_types": self.node_types}
 
 
+class Answered(ClusterError):
+    """The cluster's dashboard answered, with a refusal or an error: asking again is no use."""
+
+
 def _get(endpoint: Endpoint, path: str, timeout: float) -> Any:
     try:
         return get_json(endpoint.address, path, endpoint.token, timeout=timeout)
     except HttpError as exc:
         if exc.status in (401, 403):
-            raise ClusterError(f"the cluster at {endpoint.address} refused our token "
-                               f"(HTTP {exc.status})",
-                               hint="the recorded token does not match the cluster's") from None
+            raise Answered(f"the cluster at {endpoint.address} refused our token "
+                           f"(HTTP {exc.status})",
+                           hint="the recorded token does not match the cluster's") from None
         if exc.status is not None:
-            raise ClusterError(f"the cluster at {endpoint.address} answered HTTP "
-                               f"{exc.status}") from None
+            raise Answered(f"the cluster at {endpoint.address} answered HTTP "
+                           f"{exc.status}") from None
         raise ClusterError(f"the cluster's dashboard at {endpoint.address} does not answer: "
                            f"{exc}") from None
 
@@ -75,10 +79,11 @@ def _node_types(endpoint: Endpoint, timeout: float) -> dict[str, int]:
         if isinstance(active, dict) else {}
 
 
-def probe_cluster(record: ClusterRecord, state: State, *, timeout: float = 15) -> Health:
+def probe_cluster(record: ClusterRecord, state: State, *, timeout: float = 15,
+                  answer_timeout: float = 5) -> Health:
     """Reach a recorded cluster (an SSH forward on clouds) and probe it; ClusterError if not."""
     with open_cluster(record, state, timeout=timeout) as endpoint:
-        return probe(endpoint)
+        return probe(endpoint, timeout=answer_timeout)
 
 
 def live(record: ClusterRecord, state: State) -> dict[str, Any]:
