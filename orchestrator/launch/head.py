@@ -49,6 +49,40 @@ def auth(record: ClusterRecord, state: State) -> dict[str, Any]:
     return known_hosts.pinned(dict(rendered(record, state).get("auth") or {}), state, record.name)
 
 
+FORWARD_PREFIX = "orc-fwd-"
+
+
+def sweep_forward_folders(tmp: str = "/tmp") -> list[str]:
+    """Remove the forward folders (FORWARD_PREFIX + pid) of this user's processes that are gone:
+    a process killed by SIGKILL cannot remove its own (its ssh dies with it, the folder stays).
+    Only real folders of this user are touched, never what a link points at; the removed."""
+    removed = []
+    for entry in os.scandir(tmp):
+        if not entry.name.startswith(FORWARD_PREFIX):
+            continue
+        pid = entry.name[len(FORWARD_PREFIX):].split("-", 1)[0]
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not pid.isdigit() or not entry.is_dir(follow_symlinks=False) or \
+                info.st_uid != os.getuid() or _alive(int(pid)):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's process: alive
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def forward(auth: Mapping[str, Any], head_ip: str, remote_port: int, *, timeout: float,
             local_port: int | None = None, remote_host: str = "127.0.0.1",
@@ -65,7 +99,9 @@ def forward(auth: Mapping[str, Any], head_ip: str, remote_port: int, *, timeout:
         command = ssh.ssh_command(auth, head_ip)
     except ssh.SshError as exc:
         raise ClusterError(str(exc)) from None
-    folder = tempfile.mkdtemp(prefix="orc-fwd-", dir="/tmp")   # 0700; short: a socket path
+    sweep_forward_folders()
+    # 0700; short: a socket path. Named by this process, for the sweep after a SIGKILL.
+    folder = tempfile.mkdtemp(prefix=f"{FORWARD_PREFIX}{os.getpid()}-", dir="/tmp")
     socket_path = os.path.join(folder, "dashboard")
     try:
         relay = Relay(socket_path, port=local_port or 0)
