@@ -52,6 +52,15 @@ def job_status(handle, job: str) -> str:
                    .get_job_status(job))
 
 
+def watched(handle) -> list[dict]:
+    """`status`'s autostop rows until the head's watcher has polled once (or 30 s)."""
+    rows = [status_of(handle)["autostop"]]
+    while rows[-1].get("state") != "watching" and len(rows) < 30:
+        time.sleep(1)
+        rows.append(status_of(handle)["autostop"])
+    return rows
+
+
 def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine, tmp_path):
     started = time.monotonic()
     shared = Path(tempfile.mkdtemp(prefix="orc-shared-", dir="/tmp"))   # every host sees it
@@ -75,19 +84,18 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
             uptime_up = pool.submit(up, uptime_machine, "uptime",
                                     {"max_uptime_minutes": 1, "idle_minutes": 60},
                                     f"echo {SAID}-uptime; sleep 600")
-            (idle, busy), (uptime, forever) = idle_up.result(), uptime_up.result()
+            (uptime, forever) = uptime_up.result()
+            first_look = pool.submit(watched, uptime)   # while the other may still be starting
+            (idle, busy) = idle_up.result()
+        # `status` shows the watcher's view: the uptime limit counting (asked first: on a busy
+        # machine the minute may be over by the time the idle cluster's job runs), then busy
+        # (no idle time).
+        rows = first_look.result()
+        assert rows[-1]["limit"] == "max_uptime" and rows[-1]["stopped_at"] is None, rows[-3:]
+        assert 0 <= rows[-1]["seconds_left"] <= 60, rows[-1]
         assert until(lambda: job_status(idle, busy) == "RUNNING", timeout=60)
-        # `status` shows the watcher's view: busy (no idle time), the uptime limit counting.
-        seen: list[dict] = []
-
-        def watching() -> bool:
-            seen.append(status_of(idle)["autostop"])
-            return seen[-1].get("state") == "watching"
-        assert until(watching, timeout=30), seen[-3:]
-        row = seen[-1]
-        assert row["idle_seconds"] is None and row["limit"] is None, row
-        row = status_of(uptime)["autostop"]
-        assert row["limit"] == "max_uptime" and 0 <= row["seconds_left"] <= 60, row
+        seen = watched(idle)
+        assert seen[-1]["idle_seconds"] is None and seen[-1]["limit"] is None, seen[-3:]
 
         # The idle cluster lives through its job (which succeeds), then stops within the idle
         # limit and a few polls; the other stops at its uptime, its job still running.
