@@ -332,9 +332,10 @@ def test_the_forward_skips_a_head_pod_being_deleted(tmp_path, monkeypatch):
             close_client(client)
 
         def replaced() -> str | None:
-            pods = kube.objects("pods", NAMESPACE)
-            return next((name for name in head_pods(kube) - {old}
-                         if pods[name]["status"]["phase"] == "Running"), None)
+            pods = kube.objects("pods", NAMESPACE)   # one look: the operator makes pods meanwhile
+            return next((name for name, pod in pods.items() if name != old
+                         and pod["metadata"]["labels"].get("ray.io/node-type") == "head"
+                         and pod["status"]["phase"] == "Running"), None)
 
         new = poll(replaced, timeout=10, interval=0.02)
         assert new is not None and sorted([old, new]) == [old, new]
