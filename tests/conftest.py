@@ -145,8 +145,8 @@ class SharedRay:
 
 @pytest.fixture(scope="session")
 def shared_ray(tmp_path_factory):
-    """One embedded Ray for every test that uses a Ray but does not test the local Ray's own
-    life cycle (those, in tests/test_embedded.py and test_run_control.py, start their own)."""
+    """One embedded Ray (per pytest-xdist worker) for every test that uses a Ray but does not
+    test the local Ray's own life cycle (those, marked own_ray, start their own)."""
     shared = SharedRay(tmp_path_factory.mktemp("shared-ray"))
     try:
         yield shared

@@ -71,6 +71,10 @@ def _groups_in_node_ids(config, items) -> None:
             item._id = NodeId.parse(f"{item.nodeid}@{group}")
 
 
+# The ray tier runs on two pytest-xdist workers (scripts/tiers.py), each with its shared Ray. The
+# tests that read the session's trained runs (the `trained` fixture) stay on one worker (the
+# group "trained"): each run is trained once, and every Serve application runs on that worker's
+# Ray. The ten runs at once go first: the longest test of the tier.
 # The ssh tier runs on two pytest-xdist workers (scripts/tiers.py). The tests on the shared
 # 3-host cluster stay on one worker (`xdist_group("shared_cluster")`): it is launched once. Other
 # modules whose tests share hosts (test_faults, test_failures, test_host_keys) are not grouped:
@@ -78,16 +82,19 @@ def _groups_in_node_ids(config, items) -> None:
 # one worker running them all (ssh tier 12:36 with every module grouped). The longest go first,
 # so that the two workers end at about the same time: the fault tests (about 3 minutes each),
 # then the shared cluster's.
-FIRST = ("faults", "shared_cluster")
+FIRST = ("faults", "shared_cluster", "many_runs", "trained")
+LONGEST = {"test_faults.py": "faults", "test_many_runs.py": "many_runs"}
 
 
 def _group(item) -> str | None:
     mark = item.get_closest_marker("xdist_group")
-    return (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark else None
+    if mark:
+        return mark.args[0] if mark.args else mark.kwargs.get("name")
+    return "trained" if "trained" in getattr(item, "fixturenames", ()) else None
 
 
 def _lane(item) -> int:
-    group = _group(item) or ("faults" if item.path.name == "test_faults.py" else None)
+    group = _group(item) or LONGEST.get(item.path.name)
     return FIRST.index(group) if group in FIRST else len(FIRST)
 
 
