@@ -29,16 +29,11 @@ from tests.processes import stop
 
 PREFIX = "orh"   # every bridge, veth and namespace the helper makes starts with this
 MADE: set[str] = set()   # the bridges, veths and namespaces this process made (`leftovers`)
-# Every host's login shell exports these, as an /etc/environment line would:
-# - Ray's autoscaler (the monitor on the head, started by `ray start`) looks at the cluster every
-#   second instead of every 5 s, so the workers of a `ray up` join about 7 s sooner (measured: a
-#   3-host `up` 19 s -> 12 s);
-# - no Python workers are started ahead for each job (Ray's default starts one per CPU on every
-#   node when a job's driver starts): all the simulated hosts share this machine's two cores, and
-#   in the ssh tier 75 such workers were never given a task, about 86 s of CPU (measured with a
-#   /proc sampler). A task or actor still gets a worker when it needs one.
-# The cluster file is untouched; what `up` waits for (min_workers alive) is the same.
-MACHINE_ENVIRONMENT = {"AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_prestart_worker_first_driver": "0"}
+# Every host's login shell exports these, as an /etc/environment line would: Ray's autoscaler
+# (the monitor on the head, started by `ray start`) looks at the cluster every second instead of
+# every 5 s, so the workers of a `ray up` join about 7 s sooner (measured: a 3-host `up` 19 s ->
+# 12 s). The cluster file is untouched; what `up` waits for (min_workers alive) is the same.
+MACHINE_ENVIRONMENT = {"AUTOSCALER_UPDATE_INTERVAL_S": "1"}
 REPO = Path(__file__).resolve().parents[2]
 
 
