@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up (scripts/setup-dev.sh: what the quick start needs, then the tests' tools and system
-# packages), then run the test suite tier by tier (scripts/tiers.py): fast (no Ray, no SSH) and
-# local (the embedded Ray's own life cycle) side by side with lint and type checks, then ray (the
+# packages), then lint, type-check and run the test suite tier by tier (scripts/tiers.py): fast
+# (no Ray, no SSH) and local (the embedded Ray's own life cycle) side by side, then ray (the
 # local Ray), then ssh (simulated hosts), stopping at the first stage that fails and printing
 # each tier's time beside its budget.
 #   bash scripts/test.sh              everything
