@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+import tempfile
 
 import pytest
 
@@ -37,14 +40,21 @@ def test_a_squatter_on_the_picked_port_gets_no_token(sshd, tmp_path, monkeypatch
         monkeypatch.setattr(head, "free_port", lambda host="127.0.0.1": other.port,
                             raising=False)
         remote_port = int(dashboard.address.rsplit(":", 1)[1])
+        # what a SIGKILLed forward of a process gone leaves: swept by the next forward
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        left = tempfile.mkdtemp(prefix=head.forward_folder_prefix().replace(
+            f"-{os.getpid()}-", f"-{gone.pid}-"), dir="/tmp")
         with head.forward(auth, sshd["hosts"][0], remote_port, timeout=20) as port:
+            assert not os.path.exists(left)
             address = f"http://127.0.0.1:{port}"
             assert port != other.port and listeners.ours(address)
             assert http.get_json(address, "/api/version", TOKEN)["version"] == "4"
             [command] = ssh_children()
             forward = command[command.index("-L") + 1]
             folder = os.path.dirname(forward.split(":")[0])
-            assert forward.startswith("/tmp/orc-fwd-")   # a socket path, no TCP port
+            # a socket path, no TCP port, in a folder named by this process
+            assert forward.startswith("/tmp/" + head.forward_folder_prefix())
             assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
         assert not os.path.exists(folder) and ssh_children() == []
         assert other.received == b""

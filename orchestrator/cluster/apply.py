@@ -57,7 +57,8 @@ class UpResult:
 
 
 # (forward's timeout, each answer's timeout) of each try at a cluster recorded up
-PROBE_WAITS = ((15.0, 5.0), (60.0, 30.0))
+PROBE_WAITS = ((15.0, 5.0), (30.0, 20.0))
+PROBE_PAUSE_S = 1.0   # between tries
 
 
 def refresh(record: ClusterRecord | None, state: State, progress: Progress) -> Health | None:
@@ -65,18 +66,21 @@ def refresh(record: ClusterRecord | None, state: State, progress: Progress) -> H
     if record is None or record.state != UP:
         return None
     # A cluster that does not answer is planned a restart, which stops its jobs: a busy head
-    # (a dashboard slow to answer, an SSH forward slow to open) is asked once more, waiting
-    # longer, before it is taken for gone. A refusal is an answer: not asked again.
+    # (a dashboard slow to answer or answering 500/429, an SSH forward slow to open) is asked
+    # once more, waiting longer, before it is taken for gone. A refused token is an answer, and
+    # a cluster nothing could reach (no kubeconfig) is not busy: neither is asked again.
     for attempt, (timeout, answer_timeout) in enumerate(PROBE_WAITS):
+        if attempt:
+            time.sleep(PROBE_PAUSE_S)
         try:
             return probe_cluster(record, state, timeout=timeout, answer_timeout=answer_timeout)
-        except Answered as exc:
+        except (Answered, NotContacted) as exc:
             progress(f"cluster {record.name} is recorded as up but {exc.message}")
             return None
         except ClusterError as exc:
-            again = PROBE_WAITS[attempt + 1:]
+            again = attempt + 1 < len(PROBE_WAITS)
             progress(f"cluster {record.name} is recorded as up but {exc.message}"
-                     + (f"; asking again, waiting up to {again[0][1]:g} s" if again else ""))
+                     + ("; asking again, waiting longer" if again else ""))
     return None
 
 

@@ -27,7 +27,8 @@ class Health:
 
 
 class Answered(ClusterError):
-    """The cluster's dashboard answered, with a refusal or an error: asking again is no use."""
+    """The cluster's dashboard refused our token: asking again is no use. (Another status, such
+    as a 500 or 429 from a head too busy to ask its GCS, may pass.)"""
 
 
 def _get(endpoint: Endpoint, path: str, timeout: float) -> Any:
@@ -39,8 +40,8 @@ def _get(endpoint: Endpoint, path: str, timeout: float) -> Any:
                            f"(HTTP {exc.status})",
                            hint="the recorded token does not match the cluster's") from None
         if exc.status is not None:
-            raise Answered(f"the cluster at {endpoint.address} answered HTTP "
-                           f"{exc.status}") from None
+            raise ClusterError(f"the cluster at {endpoint.address} answered HTTP "
+                               f"{exc.status}") from None
         raise ClusterError(f"the cluster's dashboard at {endpoint.address} does not answer: "
                            f"{exc}") from None
 

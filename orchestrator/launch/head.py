@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -50,26 +51,44 @@ def auth(record: ClusterRecord, state: State) -> dict[str, Any]:
 
 
 FORWARD_PREFIX = "orc-fwd-"
+# orc-fwd-NAMESPACE-PID-RANDOM: the PID namespace (the inode of /proc/self/ns/pid) and the pid of
+# the process that made it. Older names (orc-fwd-RANDOM, no dash after it) never match.
+_FORWARD_NAME = re.compile(r"orc-fwd-([0-9]{1,20})-([0-9]{1,10})-[a-z0-9_]+", re.ASCII)
+
+
+def _pid_namespace() -> str:
+    """This process's PID namespace ("x" where /proc cannot say: then nothing is swept)."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "x"
+
+
+def forward_folder_prefix() -> str:
+    return f"{FORWARD_PREFIX}{_pid_namespace()}-{os.getpid()}-"
 
 
 def sweep_forward_folders(tmp: str = "/tmp") -> list[str]:
-    """Remove the forward folders (FORWARD_PREFIX + pid) of this user's processes that are gone:
-    a process killed by SIGKILL cannot remove its own (its ssh dies with it, the folder stays).
-    Only real folders of this user are touched, never what a link points at; the removed."""
-    removed = []
-    for entry in os.scandir(tmp):
-        if not entry.name.startswith(FORWARD_PREFIX):
-            continue
-        pid = entry.name[len(FORWARD_PREFIX):].split("-", 1)[0]
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if not pid.isdigit() or not entry.is_dir(follow_symlinks=False) or \
-                info.st_uid != os.getuid() or _alive(int(pid)):
-            continue
-        shutil.rmtree(entry.path, ignore_errors=True)
-        removed.append(entry.path)
+    """Remove the forward folders of this user's processes that are gone: a process killed by
+    SIGKILL cannot remove its own (its ssh dies with it, the folder stays). Only folders named
+    by a process of this PID namespace (another namespace's pids cannot be asked about), real
+    folders of this user, never what a link points at. Best effort: the removed."""
+    namespace = _pid_namespace()
+    removed: list[str] = []
+    try:
+        with os.scandir(tmp) as entries:
+            for entry in entries:
+                found = _FORWARD_NAME.fullmatch(entry.name)
+                if not found or found.group(1) != namespace:
+                    continue
+                info = entry.stat(follow_symlinks=False)
+                if not entry.is_dir(follow_symlinks=False) or info.st_uid != os.getuid() or \
+                        _alive(int(found.group(2))):
+                    continue
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.path)
+    except OSError:   # a /tmp that cannot be listed, a folder gone meanwhile: left for next time
+        pass
     return removed
 
 
@@ -78,7 +97,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:   # another user's process: alive
+    except (PermissionError, OverflowError):   # another user's process; no such pid: leave it
         return True
     return True
 
@@ -101,7 +120,7 @@ def forward(auth: Mapping[str, Any], head_ip: str, remote_port: int, *, timeout:
         raise ClusterError(str(exc)) from None
     sweep_forward_folders()
     # 0700; short: a socket path. Named by this process, for the sweep after a SIGKILL.
-    folder = tempfile.mkdtemp(prefix=f"{FORWARD_PREFIX}{os.getpid()}-", dir="/tmp")
+    folder = tempfile.mkdtemp(prefix=forward_folder_prefix(), dir="/tmp")
     socket_path = os.path.join(folder, "dashboard")
     try:
         relay = Relay(socket_path, port=local_port or 0)

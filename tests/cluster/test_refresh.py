@@ -20,16 +20,19 @@ NODES = {"data": {"result": {"result": [
 
 
 @contextmanager
-def dashboard(slow_for: float = 0.0, status: int = 200) -> Iterator[Recorder]:
-    """A dashboard whose first `/api/version` waits `slow_for` seconds."""
+def dashboard(slow_for: float = 0.0, status: int = 200, first: int = 200) -> Iterator[Recorder]:
+    """A dashboard whose first `/api/version` waits `slow_for` seconds and answers `first`; then
+    every answer is `status`."""
     asked: list[str] = []
 
     def respond(path: str) -> tuple[int, Any]:
         asked.append(path)
-        if path == "/api/version" and asked.count(path) == 1:
+        once = path == "/api/version" and asked.count(path) == 1
+        if once:
             time.sleep(slow_for)
-        return status, ({"session_name": "session_1"} if path == "/api/version"
-                        else NODES if path.startswith("/api/v0/nodes") else {})
+        return (first if once and first != 200 else status), \
+            ({"session_name": "session_1"} if path == "/api/version"
+             else NODES if path.startswith("/api/v0/nodes") else {})
 
     with serving(respond=respond) as recorder:
         yield recorder
@@ -45,6 +48,7 @@ def record(address: str) -> ClusterRecord:
 def quick(monkeypatch):
     """Tries as `up` makes them, with the waits shortened: the first answer may take 0.3 s."""
     monkeypatch.setattr(apply, "PROBE_WAITS", ((5.0, 0.3), (5.0, 5.0)))
+    monkeypatch.setattr(apply, "PROBE_PAUSE_S", 0.05)
 
 
 def test_a_head_slow_to_answer_is_asked_again_not_taken_for_gone(state, quick):
@@ -55,7 +59,19 @@ def test_a_head_slow_to_answer_is_asked_again_not_taken_for_gone(state, quick):
     assert health is not None and health.nodes_alive == 1 and health.session == "session_1"
     assert [p for _, p, _ in seen.requests].count("/api/version") == 2
     [line] = said
-    assert "cluster c is recorded as up but" in line and "asking again, waiting up to 5 s" in line
+    assert "cluster c is recorded as up but" in line and "asking again, waiting longer" in line
+
+
+@pytest.mark.parametrize("first", [500, 429])
+def test_a_head_too_busy_to_ask_its_gcs_is_asked_again(state, quick, first):
+    """Ray's state API answers 500 when its GCS call times out, 429 when too many are asked."""
+    state.secrets.ensure(cluster_key("c"))
+    said: list[str] = []
+    with dashboard(first=first) as seen:
+        health = apply.refresh(record(seen.address), state, said.append)
+    assert health is not None and health.nodes_alive == 1
+    [line] = said
+    assert f"answered HTTP {first}" in line and "asking again" in line
 
 
 def test_a_refusal_is_an_answer_and_not_asked_again(state, quick):
@@ -76,3 +92,18 @@ def test_a_head_that_is_gone_is_asked_twice_then_planned_as_gone(state, quick):
     assert apply.refresh(record(address), state, said.append) is None
     assert len(said) == 2 and "asking again" in said[0] and "asking again" not in said[1]
     assert all("does not answer" in line for line in said), said
+
+
+def test_a_cluster_nothing_could_reach_is_not_asked_again(state, quick, monkeypatch):
+    """No kubeconfig, an unknown context (errors.NotContacted): not a busy head."""
+    from orchestrator.errors import NotContacted
+
+    calls = []
+
+    def not_contacted(*args, **kwargs):
+        calls.append(kwargs)
+        raise NotContacted("no kubeconfig at /nowhere (KUBECONFIG)")
+    monkeypatch.setattr(apply, "probe_cluster", not_contacted)
+    said: list[str] = []
+    assert apply.refresh(record("http://10.0.0.5:8265"), state, said.append) is None
+    assert len(calls) == 1 and len(said) == 1 and "asking again" not in said[0]
