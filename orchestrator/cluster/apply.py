@@ -28,7 +28,7 @@ from ..util.progress import Progress
 from ..util.ssh import HostKeyChanged
 from ..util.waiting import poll
 from . import archive, tls
-from .health import Answered, Health, probe, probe_cluster
+from .health import Health, TokenRefused, probe, probe_cluster
 from .plan import ClusterPlan, Recorded, plan_cluster
 
 Confirm = Callable[[str], bool]
@@ -74,7 +74,7 @@ def refresh(record: ClusterRecord | None, state: State, progress: Progress) -> H
             time.sleep(PROBE_PAUSE_S)
         try:
             return probe_cluster(record, state, timeout=timeout, answer_timeout=answer_timeout)
-        except (Answered, NotContacted) as exc:
+        except (TokenRefused, NotContacted) as exc:
             progress(f"cluster {record.name} is recorded as up but {exc.message}")
             return None
         except ClusterError as exc:

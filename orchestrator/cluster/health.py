@@ -26,9 +26,9 @@ class Health:
                 "node_ips": list(self.node_ips), "node_types": self.node_types}
 
 
-class Answered(ClusterError):
-    """The cluster's dashboard refused our token: asking again is no use. (Another status, such
-    as a 500 or 429 from a head too busy to ask its GCS, may pass.)"""
+class TokenRefused(ClusterError):
+    """The cluster's dashboard refused our token (401/403): asking again is no use, unlike a
+    500 or 429 from a head too busy to ask its GCS."""
 
 
 def _get(endpoint: Endpoint, path: str, timeout: float) -> Any:
@@ -36,7 +36,7 @@ def _get(endpoint: Endpoint, path: str, timeout: float) -> Any:
         return get_json(endpoint.address, path, endpoint.token, timeout=timeout)
     except HttpError as exc:
         if exc.status in (401, 403):
-            raise Answered(f"the cluster at {endpoint.address} refused our token "
+            raise TokenRefused(f"the cluster at {endpoint.address} refused our token "
                            f"(HTTP {exc.status})",
                            hint="the recorded token does not match the cluster's") from None
         if exc.status is not None:

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from ..errors import ClusterError
 from ..state import ClusterRecord, State
-from ..util import http, ssh
+from ..util import http, processes, ssh
 from ..util.processes import dies_with_parent, handing_signals_to, stop_child_group
 from ..util.relay import Relay
 from ..util.waiting import poll
@@ -53,7 +53,8 @@ def auth(record: ClusterRecord, state: State) -> dict[str, Any]:
 FORWARD_PREFIX = "orc-fwd-"
 # orc-fwd-NAMESPACE-PID-RANDOM: the PID namespace (the inode of /proc/self/ns/pid) and the pid of
 # the process that made it. Older names (orc-fwd-RANDOM, no dash after it) never match.
-_FORWARD_NAME = re.compile(r"orc-fwd-([0-9]{1,20})-([0-9]{1,10})-[a-z0-9_]+", re.ASCII)
+# (Linux pids stay below 2**22: seven digits at most.)
+_FORWARD_NAME = re.compile(r"orc-fwd-([0-9]{1,20})-([0-9]{1,7})-[a-z0-9_]+", re.ASCII)
 
 
 def _pid_namespace() -> str:
@@ -77,29 +78,21 @@ def sweep_forward_folders(tmp: str = "/tmp") -> list[str]:
     removed: list[str] = []
     try:
         with os.scandir(tmp) as entries:
-            for entry in entries:
-                found = _FORWARD_NAME.fullmatch(entry.name)
-                if not found or found.group(1) != namespace:
-                    continue
-                info = entry.stat(follow_symlinks=False)
-                if not entry.is_dir(follow_symlinks=False) or info.st_uid != os.getuid() or \
-                        _alive(int(found.group(2))):
-                    continue
-                shutil.rmtree(entry.path, ignore_errors=True)
-                removed.append(entry.path)
-    except OSError:   # a /tmp that cannot be listed, a folder gone meanwhile: left for next time
-        pass
+            names = [entry for entry in entries if (found := _FORWARD_NAME.fullmatch(entry.name))
+                     and found.group(1) == namespace]
+    except OSError:   # a /tmp that cannot be listed: left for next time
+        return removed
+    for entry in names:
+        pid = int(entry.name.split("-")[3])
+        try:
+            mine = entry.is_dir(follow_symlinks=False) and \
+                entry.stat(follow_symlinks=False).st_uid == os.getuid()
+        except OSError:   # gone meanwhile
+            continue
+        if mine and not processes.alive(pid):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):   # another user's process; no such pid: leave it
-        return True
-    return True
 
 
 @contextlib.contextmanager
