@@ -33,18 +33,27 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     fi
 fi
 
+# The Python packages with uv, in one resolve: it downloads and compiles in parallel, where pip
+# does one file at a time (a fresh setup measured 46 s against 106 s with pip, the same versions;
+# 2026-11-27, 2 cores). uv is itself a wheel from PyPI, put in the venv; the quick start
+# (scripts/setup.sh) keeps plain pip. torch pinned as there: uv, unlike pip, reads no pip.conf,
+# so a folder of local wheels pip is told of (PIP_FIND_LINKS) is passed on.
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+[ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q --disable-pip-version-check "uv==0.13.9"
+links=()
+for folder in ${PIP_FIND_LINKS:-}; do links+=(--find-links "$folder"); done
+install() { .venv/bin/uv pip install -q --compile-bytecode "${links[@]}" --python "$@"; }
+
 # The tracking tests' MLflow server (`mlflow server`, SQLite backend), in a venv of its own: the
 # full mlflow package pins pyarrow below what Ray uses here; the project needs only the client.
-# Installed beside the project's venv (pip keeps one core busy: about a minute saved on 2 cores).
-PYTHON=${PYTHON:-python3}
+# Installed beside the project's packages.
 mlflow_setup=
 if [ ! -x .venv-mlflow/bin/mlflow ]; then
-    ( "$PYTHON" -m venv .venv-mlflow &&
-      .venv-mlflow/bin/python -m pip install -q --disable-pip-version-check "mlflow==3.17.2" ) &
+    ( "$PYTHON" -m venv .venv-mlflow && install .venv-mlflow/bin/python "mlflow==3.17.2" ) &
     mlflow_setup=$!
 fi
-bash scripts/setup.sh
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+install .venv/bin/python "torch==2.13.0" -e ".[dev]"
 if [ -n "$mlflow_setup" ]; then
     wait "$mlflow_setup" || { echo "setup-dev: the MLflow server's venv (.venv-mlflow) failed" >&2; exit 1; }
 fi
