@@ -4,6 +4,7 @@ from __future__ import annotations
 import getpass
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -159,16 +160,42 @@ def _stop_ray_with(tmp_path, running: list[bool], pgrep: bool = True) -> list[st
     return log.read_text().splitlines() if log.exists() else []
 
 
+def test_a_host_with_no_ray_process_is_not_stopped(tmp_path):
+    assert _stop_ray_with(tmp_path, [False]) == ["pgrep"]
+
+
 def test_ray_is_stopped_once_when_nothing_is_starting(tmp_path):
-    assert _stop_ray_with(tmp_path, [False]) == ["ray stop --grace-period 3", "pgrep"]
+    assert _stop_ray_with(tmp_path, [True, False]) == [
+        "pgrep", "ray stop --grace-period 3", "pgrep"]
 
 
 def test_a_ray_start_in_flight_is_ended_and_ray_stopped_again(tmp_path):
-    assert _stop_ray_with(tmp_path, [True]) == [
-        "ray stop --grace-period 3", "pgrep", f"pkill -u {os.geteuid()} -f [r]ay start",
+    assert _stop_ray_with(tmp_path, [True, True]) == [
+        "pgrep", "ray stop --grace-period 3", "pgrep", f"pkill -u {os.geteuid()} -f [r]ay start",
         "ray stop --force"]
 
 
 def test_a_host_without_pgrep_is_stopped_twice(tmp_path):
     assert _stop_ray_with(tmp_path, [], pgrep=False) == [
         "ray stop --grace-period 3", f"pkill -u {os.geteuid()} -f [r]ay start", "ray stop --force"]
+
+
+def test_the_pattern_finds_every_process_ray_stop_ends_and_not_the_shell_running_it():
+    """pgrep's extended regex on the command lines Ray's processes have (`ray stop` picks its
+    victims by these keywords), on a `ray start` in flight, and not on the shell that runs the
+    stop (its command line holds the pattern) nor on other Python programs."""
+    from ray.autoscaler._private.constants import RAY_PROCESSES
+
+    from orchestrator.providers.local import ANY_RAY, STOP_RAY
+
+    site = "/opt/venv/lib/python3.11/site-packages/ray"
+    lines = [f"/opt/venv/bin/python {site}/x/{keyword} --session-dir=/tmp/ray/s"
+             for keyword, _ in RAY_PROCESSES]
+    lines += [f"{site}/core/src/ray/gcs/gcs_server --log_dir=/tmp/ray/s/logs",
+              "ray::IDLE", "ray::RayTrainWorker.train_fn",
+              "/opt/venv/bin/python /opt/venv/bin/ray start --address=10.0.0.1:6379",
+              "bash --login -c -i source ~/.bashrc; ray start --head --port=6379"]
+    assert [line for line in lines if not re.search(ANY_RAY, line)] == []
+    for other in (f"bash -c {STOP_RAY}", "/usr/bin/python3 -m http.server",
+                  "/opt/venv/bin/python -m orchestrator.head.autostop", "sshd: root@notty"):
+        assert not re.search(ANY_RAY, other), other
