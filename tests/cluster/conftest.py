@@ -157,12 +157,32 @@ def make_machine(tmp_path_factory):
             stack.callback(machine.close)
 
 
+def autoscaler_log(machine: Machine, lines: int = 60) -> str:
+    """The end of the head's autoscaler log (Ray's monitor.*, which starts the workers), read
+    from the folder bound over the head's /tmp/ray: why a worker did not join."""
+    logs = machine.hosts[0].folder / "tmp-ray"
+    try:
+        session = logs / os.path.basename(os.readlink(logs / "session_latest"))
+    except OSError:
+        return "(no Ray session on the head)"
+    found = []
+    for name in ("monitor.log", "monitor.err", "monitor.out"):
+        path = session / "logs" / name
+        if path.exists():
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            found.append(f"--- head {name}\n" + "\n".join(tail))
+    return "\n".join(found) or "(no autoscaler log on the head)"
+
+
 def launch(machine: Machine, home: Path, name: str, **overrides) -> ClusterHandle:
     file = machine.cluster_file(name, **overrides)
     handle = ClusterHandle(name=name, file=file, home=home, machine=machine, env=cli_env(home))
-    done = handle.cli("up", str(file), "-y", "--format", "json")
+    # A wait shorter than a test's limit: a worker that never joins is reported ("partial"), with
+    # the head autoscaler's account, instead of the test timing out without either.
+    done = handle.cli("up", str(file), "-y", "--format", "json", "--wait-timeout", "300")
     if done.returncode != 0:
-        raise RuntimeError(f"orchestrate up failed ({done.returncode}):\n{done.stderr}")
+        raise RuntimeError(f"orchestrate up failed ({done.returncode}):\n{done.stderr}\n"
+                           + autoscaler_log(machine))
     result = json.loads(done.stdout)
     handle.up_output = done.stderr
     handle.address = result["address"]
