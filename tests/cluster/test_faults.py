@@ -4,8 +4,8 @@ job, during `up` and during `down`; `up` killed while it writes state, and two `
 
 One module-wide set of three hosts; each test leaves them running and reachable, with no cluster
 on them, for the next. The hosts' login shell sets Ray's GCS health check to 1 s periods and
-timeouts (Ray reads `RAY_health_check_*` from the environment of `ray start`): a host gone
-silent is then declared dead after about 10 s instead of Ray's default of about 65 s (5 missed
+2 s timeouts (Ray reads `RAY_health_check_*` from the environment of `ray start`): a host gone
+silent is then declared dead after about 15 s instead of Ray's default of about 65 s (5 missed
 checks, 10 s timeout each, 3 s apart). What is tested is unchanged; the cluster file is still
 cluster_configs/local.yaml with only addresses and key filled in.
 """
@@ -33,7 +33,9 @@ DATA = Path(__file__).resolve().parents[2] / "experiments" / "data"
 
 
 # Ray's defaults: initial delay 5 s, period 3 s, timeout 10 s, 5 failures (ray_config_def.h).
-FAST_NODE_LOSS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000"}
+# A 2 s timeout: the many tier runs beside these tests (scripts/tiers.py), and a GCS busy for a
+# second must not declare a live node dead.
+FAST_NODE_LOSS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "2000"}
 
 
 @pytest.fixture(scope="module")
@@ -137,10 +139,10 @@ class Run:
 
 
 def training(env, machine, tmp_path: Path, name: str, *, epochs: int, max_failures: int,
-             after: int) -> Run:
+             after: int, **overrides) -> Run:
     """`up` a cluster on the hosts and start `run` of an MLP on it; return once `after` epochs
     have been shown (0: once the job's own first line has), or the run ended."""
-    assert up(env, machine, name).returncode == 0
+    assert up(env, machine, name, **overrides).returncode == 0
     # -v: off a terminal `run` shows only epochs; after=0 waits for the driver's own first line
     run = Run(env, experiment(tmp_path, machine.folder / f"{name}.yaml", f"{name}-run",
                               epochs=epochs, max_failures=max_failures), *(["-v"] if after == 0 else []))
@@ -202,9 +204,17 @@ def test_a_worker_dies_then_another_is_cut_off_then_down_with_one_dead(machine, 
         machine.ray_processes()
 
 
+def head_and_one_worker(machine, name: str) -> dict:
+    """Overrides of the cluster file for the first two hosts only: a test whose faults need no
+    second worker starts one Ray node fewer at each `up` (about 10 CPU-s on these hosts)."""
+    provider = {**machine.cluster_config(name)["provider"], "worker_ips": [machine.hosts[1].ip]}
+    return {"provider": provider, "min_workers": 1, "max_workers": 1}
+
+
 def test_the_head_dies_while_run_follows(machine, env, tmp_path):
     name = f"head-{machine.name}"
-    run = training(env, machine, tmp_path, name, epochs=200, max_failures=0, after=0)
+    run = training(env, machine, tmp_path, name, epochs=200, max_failures=0, after=0,
+                   **head_and_one_worker(machine, name))
     head = machine.hosts[0]
     head.kill()
     # `run` gives up on its own after 30 s of silence from the head and says so; the 300 s here
@@ -219,10 +229,10 @@ def test_the_head_dies_while_run_follows(machine, env, tmp_path):
     assert done.returncode == 0, done.stderr
     # its logs could not be archived first (issue 32): said, and `down` went on
     assert "warning: the logs were not archived" in done.stderr, done.stderr
-    assert until(lambda: not (machine.hosts[1].pids() or machine.hosts[2].pids()), timeout=60)
+    assert until(lambda: not machine.hosts[1].pids(), timeout=60)
     # With the head back, `up` brings the cluster back; fault 7 is tried on the way.
     head.start()
-    two_ups_then_ups_killed_while_they_write_state(env, machine, name)
+    two_ups_then_ups_killed_while_they_write_state(env, machine, name, nodes=2)
 
 
 def test_a_worker_unreachable_during_up(machine, env):
@@ -239,7 +249,7 @@ def test_a_worker_unreachable_during_up(machine, env):
     assert until(lambda: not any(h.pids() for h in machine.hosts[:2]), timeout=60)
 
 
-def two_ups_then_ups_killed_while_they_write_state(env, machine, name: str) -> None:
+def two_ups_then_ups_killed_while_they_write_state(env, machine, name: str, nodes: int) -> None:
     """Two `up`s of one file at once: one brings the cluster up, the other fails naming the
     holder of the lock. Then `up`s SIGKILLed at different moments leave the state readable and
     true, and do not block the next `up`."""
@@ -255,7 +265,7 @@ def two_ups_then_ups_killed_while_they_write_state(env, machine, name: str) -> N
     (_, refused, _), = [o for o in outcomes if o[2] == 1]
     assert "busy" in refused and "pid" in refused and "Traceback" not in refused, refused
     (brought, _, _), = [o for o in outcomes if o[2] == 0]
-    assert json.loads(brought)["health"]["nodes_alive"] == 3
+    assert json.loads(brought)["health"]["nodes_alive"] == nodes
     assert status_of(env, name)["state"] == "up"
     # SIGKILL at different moments of an `up` (a changed file: it re-renders, writes the
     # record, runs `ray up`): whatever the moment, the state stays readable and true.
