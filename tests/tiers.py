@@ -47,6 +47,8 @@ def pytest_collection_modifyitems(config, items) -> None:
         if "own_ray" in marks and ("ray" not in marks or names & RAY_FIXTURES):
             wrong.append(f"{item.nodeid}: marked own_ray, so it must be marked ray and use none "
                          f"of {sorted(RAY_FIXTURES)}")
+        if "many_runs" in marks and ("ray" not in marks or "ssh" in marks):
+            wrong.append(f"{item.nodeid}: marked many_runs, so it must be marked ray, not ssh")
         if "ssh" in marks and not names & SSH_FIXTURES:
             wrong.append(f"{item.nodeid}: marked ssh but uses none of {sorted(SSH_FIXTURES)}")
     if wrong:

@@ -19,7 +19,9 @@ from orchestrator.util import http
 
 from .conftest import MLP, TABLE, cli
 
-pytestmark = pytest.mark.ray
+# The many tier (scripts/tiers.py): the ten runs are the longest ray test and mostly Ray
+# starting processes, which fills the time the ssh tier waits.
+pytestmark = [pytest.mark.ray, pytest.mark.many_runs]
 
 RUNS = 10
 
