@@ -250,17 +250,19 @@ def launcher_env() -> dict[str, str]:
 ANY_RAY = ("[r]aylet|[g]cs_server|[p]lasma_store|[r]ay::|[r]ay start|[d]efault_worker[.]py|"
            "[s]etup_worker[.]py|[m]onitor[.]py|[d]ashboard/|[r]untime_env/agent|"
            "[r]ay[.]util[.]client[.]server|[r]ay_process_reaper|[i]o[.]ray[.]runtime")
-# Stop Ray on a host. Nothing to stop (the head after `ray down`, a host Ray never started on):
-# no `ray stop`, which costs a Python start and Ray's import (about 1.3 CPU-s). The head is down
-# by now, so a worker's raylet cannot leave gracefully and would sit out `ray stop`'s 16 s grace
-# period: 3 s, then it is killed. A worker the head's autoscaler was still starting may come up
-# after that `ray stop`: if a `ray start` (the shell running it names it too) or a raylet is
-# found then, end it and stop again. `busy` counts a missing pgrep as busy: such a host gets
-# both stops.
+# Stop Ray on a host. The head is down by now, so a worker's raylet cannot leave gracefully and
+# would sit out `ray stop`'s 16 s grace period: 3 s, then it is killed. A worker the head's
+# autoscaler was still starting may come up after that `ray stop`: if a `ray start` (the shell
+# running it names it too) or a raylet is found then, end it and stop again. Nothing of Ray's
+# running (the head after `ray down`, a host Ray never started on): a second look 3 s later for
+# a start on its way, and no `ray stop` if none, which costs a Python start and Ray's import
+# (about 1.3 CPU-s). `busy` counts a missing pgrep as busy: such a host gets both stops. Only
+# this login's processes are looked for (a `ray stop` by root would also end other users').
+STARTING = "[r]ay start|[r]aylet|[g]cs_server"
 STOP_RAY = (
     'busy() { pgrep -u "$(id -u)" -f "$1" >/dev/null 2>&1; [ $? -ne 1 ]; }; '
-    f"busy '{ANY_RAY}' || exit 0; "
-    "ray stop --grace-period 3; busy '[r]ay start|[r]aylet|[g]cs_server' || exit 0; "
+    f"busy '{ANY_RAY}' || {{ sleep 3; busy '{STARTING}' || exit 0; }}; "
+    f"ray stop --grace-period 3; busy '{STARTING}' || exit 0; "
     'pkill -u "$(id -u)" -f "[r]ay start"; sleep 2; ray stop --force')
 
 

@@ -161,7 +161,13 @@ def _stop_ray_with(tmp_path, running: list[bool], pgrep: bool = True) -> list[st
 
 
 def test_a_host_with_no_ray_process_is_not_stopped(tmp_path):
-    assert _stop_ray_with(tmp_path, [False]) == ["pgrep"]
+    assert _stop_ray_with(tmp_path, [False, False]) == ["pgrep", "pgrep"]
+
+
+def test_a_start_on_its_way_to_an_idle_host_is_stopped(tmp_path):
+    """Nothing of Ray's at the first look; the head's autoscaler starts Ray there meanwhile."""
+    assert _stop_ray_with(tmp_path, [False, True, False]) == [
+        "pgrep", "pgrep", "ray stop --grace-period 3", "pgrep"]
 
 
 def test_ray_is_stopped_once_when_nothing_is_starting(tmp_path):
