@@ -36,13 +36,18 @@ fi
 # The Python packages with uv, in one resolve: it downloads and compiles in parallel, where pip
 # does one file at a time (a fresh setup measured 46 s against 106 s with pip, the same versions;
 # 2026-11-27, 2 cores). uv is itself a wheel from PyPI, put in the venv; the quick start
-# (scripts/setup.sh) keeps plain pip. torch pinned as there: uv, unlike pip, reads no pip.conf,
-# so a folder of local wheels pip is told of (PIP_FIND_LINKS) is passed on.
+# (scripts/setup.sh) keeps plain pip. torch pinned as there. uv reads no pip configuration, so
+# the folders of local wheels pip is told of (find-links, in pip.conf or PIP_FIND_LINKS: where
+# the CPU build of torch lies; without them PyPI's torch is the multi-GB CUDA build) and pip's
+# timeout are passed on.
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 [ -x .venv/bin/uv ] || .venv/bin/python -m pip install -q --disable-pip-version-check "uv==0.13.9"
 links=()
-for folder in ${PIP_FIND_LINKS:-}; do links+=(--find-links "$folder"); done
+while read -r -a folders; do
+    for folder in "${folders[@]}"; do links+=(--find-links "$folder"); done
+done < <(.venv/bin/python -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'\$/\1/p")
+export UV_HTTP_TIMEOUT=${UV_HTTP_TIMEOUT:-${PIP_DEFAULT_TIMEOUT:-180}}
 install() { .venv/bin/uv pip install -q --compile-bytecode "${links[@]}" --python "$@"; }
 
 # The tracking tests' MLflow server (`mlflow server`, SQLite backend), in a venv of its own: the
