@@ -2,7 +2,8 @@
 loads it). scripts/tiers.py runs the tiers one after another and prints the costs.
 
     fast  -m "not ray and not ssh"   no Ray, no SSH
-    ray   -m "ray and not ssh"       the embedded Ray
+    ray   -m "ray and not ssh"       the embedded Ray (scripts/tiers.py splits off `own_ray`, the
+                                     local tier, and `many_runs`, the many tier)
     ssh   -m ssh                     simulated hosts, sshd, `ray up` over SSH
 
 A tier is a marker expression, so every test is in exactly one. The markers must say what a
@@ -47,8 +48,9 @@ def pytest_collection_modifyitems(config, items) -> None:
         if "own_ray" in marks and ("ray" not in marks or names & RAY_FIXTURES):
             wrong.append(f"{item.nodeid}: marked own_ray, so it must be marked ray and use none "
                          f"of {sorted(RAY_FIXTURES)}")
-        if "many_runs" in marks and ("ray" not in marks or "ssh" in marks):
-            wrong.append(f"{item.nodeid}: marked many_runs, so it must be marked ray, not ssh")
+        if "many_runs" in marks and ("ray" not in marks or marks & {"ssh", "own_ray"}):
+            wrong.append(f"{item.nodeid}: marked many_runs, so it must be marked ray, and "
+                         "neither ssh nor own_ray")
         if "ssh" in marks and not names & SSH_FIXTURES:
             wrong.append(f"{item.nodeid}: marked ssh but uses none of {sorted(SSH_FIXTURES)}")
     if wrong:

@@ -7,7 +7,8 @@ on them, for the next. The hosts' login shell sets Ray's GCS health check to 1 s
 2 s timeouts (Ray reads `RAY_health_check_*` from the environment of `ray start`): a host gone
 silent is then declared dead after about 15 s instead of Ray's default of about 65 s (5 missed
 checks, 10 s timeout each, 3 s apart). What is tested is unchanged; the cluster file is still
-cluster_configs/local.yaml with only addresses and key filled in.
+cluster_configs/local.yaml with only addresses and key filled in (and, for the head's death,
+only two of the hosts: `head_and_one_worker`).
 """
 from __future__ import annotations
 
@@ -70,8 +71,9 @@ def status_of(env, name: str) -> dict:
 
 
 def experiment(tmp_path: Path, cluster: Path, name: str, *, epochs: int, max_failures: int) -> Path:
-    """An MLP run over a CSV big enough that an epoch takes seconds, one torch worker per host,
-    a checkpoint every epoch (the built-in loop reports one each epoch)."""
+    """An MLP run over a CSV big enough that an epoch takes seconds, three torch workers spread
+    over the hosts (one per host on three), a checkpoint every epoch (the built-in loop reports
+    one each epoch)."""
     shared = tmp_path / "shared"
     shared.mkdir(exist_ok=True)
     lines = (DATA / "breast_cancer_train.csv").read_text().splitlines()
