@@ -17,7 +17,9 @@ def fake_bin(folder: Path, first_line: str) -> Path:
     folder.mkdir(parents=True)
     (folder / "ray").write_text(f"{first_line}\nexit 0\n")
     said = folder / "ran"
-    (folder / "python").write_text(f"#!/bin/sh\necho \"$0 $*\" > {said}\n")
+    # written whole, then renamed: the test must not read it half written (seen in CI: empty)
+    (folder / "python").write_text(f"#!/bin/sh\necho \"$0 $*\" > {said}.part && "
+                                   f"mv {said}.part {said}\n")
     for name in ("ray", "python"):
         (folder / name).chmod(0o755)
     return said
