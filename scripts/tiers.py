@@ -155,14 +155,13 @@ def main(argv: list[str]) -> int:
         if not running:
             continue
         started = time.monotonic()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
         mypy = None
         if mypy_beside and MYPY_BESIDE in stage:
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
             mypy_log = (ARTIFACTS / "mypy.log").open("w")
             mypy = (subprocess.Popen(MYPY, cwd=ROOT, stdout=mypy_log, stderr=subprocess.STDOUT),
                     time.monotonic())
         # the first tier of a stage prints as it goes; the others into a file, printed after
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
         outputs = {tier.name: (ARTIFACTS / f"tier-{tier.name}.log").open("w")
                    for tier in running[1:]}
         processes = [(tier, start_tier(tier, extra, outputs.get(tier.name)), time.monotonic())

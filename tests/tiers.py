@@ -78,7 +78,7 @@ def _groups_in_node_ids(config, items) -> None:
 # The ray tier runs on two pytest-xdist workers (scripts/tiers.py), each with its shared Ray. The
 # tests that read the session's trained runs (the `trained` fixture) stay on one worker (the
 # group "trained"): each run is trained once, and every Serve application runs on that worker's
-# Ray. The ten runs at once go first: the longest test of the tier.
+# Ray. (The ten runs at once, its longest test, are a tier of their own: many.)
 # The ssh tier runs on two pytest-xdist workers (scripts/tiers.py). The tests on the shared
 # 3-host cluster stay on one worker (`xdist_group("shared_cluster")`): it is launched once. Other
 # modules whose tests share hosts (test_faults, test_failures, test_host_keys) are not grouped:
@@ -87,9 +87,9 @@ def _groups_in_node_ids(config, items) -> None:
 # tests go first, the fault tests (about 4 minutes each) last: the many tier runs beside the ssh
 # tier's first minutes (scripts/tiers.py), and the fault tests, which train across hosts and
 # wait on health checks, took 460-480 s beside it against 280-290 s without (measured).
-FIRST = ("shared_cluster", "many_runs", "trained")
+FIRST = ("shared_cluster", "trained")
 LAST = ("faults",)
-LONGEST = {"test_faults.py": "faults", "test_many_runs.py": "many_runs"}
+LONGEST = {"test_faults.py": "faults"}
 
 
 def _group(item) -> str | None:

@@ -78,12 +78,12 @@ def sweep_forward_folders(tmp: str = "/tmp") -> list[str]:
     removed: list[str] = []
     try:
         with os.scandir(tmp) as entries:
-            names = [entry for entry in entries if (found := _FORWARD_NAME.fullmatch(entry.name))
+            named = [(entry, int(found.group(2))) for entry in entries
+                     if (found := _FORWARD_NAME.fullmatch(entry.name))
                      and found.group(1) == namespace]
     except OSError:   # a /tmp that cannot be listed: left for next time
         return removed
-    for entry in names:
-        pid = int(entry.name.split("-")[3])
+    for entry, pid in named:
         try:
             mine = entry.is_dir(follow_symlinks=False) and \
                 entry.stat(follow_symlinks=False).st_uid == os.getuid()
