@@ -15,8 +15,9 @@ test starts, or a tier's time and budget mean nothing:
 - a test marked `ray` (and not `ssh`) without a Ray fixture fails unless it started the
   embedded Ray itself (its ORCHESTRATE_HOME then has the `local-ray` folder).
 
-With $ORCHESTRATE_TEST_DURATIONS set, every test's time (setup, call and teardown) and outcome
-are written there as JSON at the end of the session.
+With $ORCHESTRATE_TEST_DURATIONS set, every test's time (setup, call and teardown), outcome,
+xdist worker and start and stop (epoch seconds) are written there as JSON at the end of the
+session.
 """
 from __future__ import annotations
 
@@ -83,13 +84,28 @@ def _groups_in_node_ids(config, items) -> None:
 # 3-host cluster stay on one worker (`xdist_group("shared_cluster")`): it is launched once. Other
 # modules whose tests share hosts (test_faults, test_failures, test_host_keys) are not grouped:
 # their tests run on both workers, each bringing up its own hosts, which measured faster than
-# one worker running them all (ssh tier 12:36 with every module grouped). The shared cluster's
-# tests go first, the fault tests (about 4 minutes each) last: the many tier runs beside the ssh
-# tier's first minutes (scripts/tiers.py), and the fault tests, which train across hosts and
-# wait on health checks, took 460-480 s beside it against 280-290 s without (measured).
-FIRST = ("shared_cluster", "trained")
-LAST = ("faults",)
-LONGEST = {"test_faults.py": "faults"}
+# one worker running them all (ssh tier 12:36 with every module grouped).
+#
+# Each tier hands out its longest units of work first (a group's tests together, or one test),
+# the rest after them in file order: the longest-processing-time rule. A worker holds up to three
+# tests before it runs them (pytest-xdist), so long tests handed out last end on one worker
+# while the other waits: the three fault tests, once last, ran one after another on one worker
+# while the other sat idle for 340 s of an 18:37 tier (measured 2026-11-29). WEIGHTS are the
+# seconds a unit took in CI (test-artifacts/durations-TIER.json, beside the many tier); a new
+# long test belongs here. Keys: an xdist group, `file.py::test`, or `file.py` (all its tests).
+WEIGHTS = {
+    # ray tier: the trained runs first (the tests that read them wait for their training)
+    "trained": 1000,
+    # ssh tier
+    "shared_cluster": 580,
+    "test_autostop.py": 340,
+    "test_e2e.py": 240,
+    "test_faults.py::test_a_worker_dies_then_another_is_cut_off_then_down_with_one_dead": 200,
+    "test_gitops.py": 145,
+    "test_faults.py::test_the_head_dies_while_run_follows": 140,
+    "test_host_keys.py": 57,
+    "test_faults.py::test_a_worker_unreachable_during_up": 46,
+}
 
 
 def _group(item) -> str | None:
@@ -100,10 +116,12 @@ def _group(item) -> str | None:
 
 
 def _lane(item) -> int:
-    group = _group(item) or LONGEST.get(item.path.name)
-    if group in LAST:
-        return len(FIRST) + 1 + LAST.index(group)
-    return FIRST.index(group) if group in FIRST else len(FIRST)
+    """Longest first (a sort key: sorting is stable, so the unlisted keep their file order)."""
+    name = item.path.name
+    for key in (_group(item), f"{name}::{getattr(item, 'originalname', item.name)}", name):
+        if key in WEIGHTS:
+            return -WEIGHTS[key]
+    return 0
 
 
 @pytest.fixture(autouse=True)
@@ -141,6 +159,10 @@ def pytest_runtest_logreport(report) -> None:
     node = re.sub(r"@[\w-]+$", "", report.nodeid)   # the test, not its xdist group
     row = _DURATIONS.setdefault(node, {"seconds": 0.0, "outcome": "passed"})
     row["seconds"] += report.duration
+    # when and where (the xdist worker): which tests ran beside which, and what a worker waited
+    row["worker"] = getattr(report, "worker_id", None) or os.environ.get("PYTEST_XDIST_WORKER")
+    row["start"] = min(row.get("start", report.start), report.start)
+    row["stop"] = max(row.get("stop", report.stop), report.stop)
     if report.failed:
         row["outcome"] = "error" if report.when != "call" else "failed"
     elif report.skipped:
