@@ -30,8 +30,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def is_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Nothing listens on `port` (and we may bind it) right now."""
+    """Nothing listens on `port` (and we may bind it) right now. Bound as the forward binds it
+    (`util.relay`, SO_REUSEADDR): a port whose last connections linger in TIME_WAIT (a minute
+    after the side on this port closed them) is free for it, one with a listener is not."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
