@@ -23,11 +23,17 @@ command -v nsenter >/dev/null 2>&1 || need_apt+=(util-linux)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 [ -x /usr/bin/chromedriver ] || need_apt+=(chromium-driver)
 [ -d /usr/share/fonts/truetype/liberation ] || need_apt+=(fonts-liberation)  # a readable screenshot
+# Installed beside the Python packages below (apt and uv share nothing; a new machine saved the
+# time of the shorter of the two), its output kept in a file and shown if it fails.
+apt_setup=
+apt_log=$(mktemp)
+trap 'rm -f "$apt_log"' EXIT
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get update -qq
-        apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+        ( export DEBIAN_FRONTEND=noninteractive
+          apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+        ) > "$apt_log" 2>&1 &
+        apt_setup=$!
     else
         echo "setup-dev: please install ${need_apt[*]} (Debian packages) for the SSH cluster tests" >&2
     fi
@@ -61,4 +67,8 @@ fi
 install .venv/bin/python "torch==2.13.0" -e ".[dev]"
 if [ -n "$mlflow_setup" ]; then
     wait "$mlflow_setup" || { echo "setup-dev: the MLflow server's venv (.venv-mlflow) failed" >&2; exit 1; }
+fi
+if [ -n "$apt_setup" ]; then
+    wait "$apt_setup" || { cat "$apt_log" >&2
+                           echo "setup-dev: apt-get install ${need_apt[*]} failed" >&2; exit 1; }
 fi
