@@ -60,8 +60,8 @@ TIERS = (
     # Many runs at once on its own shared Ray (test_many_runs: ten runs, about 370 CPU-s, most
     # of it Ray starting processes), beside the ssh tier, which leaves the machine about 16 %
     # idle while its tests wait for SSH, health checks and timeouts. Beside that tier the ten
-    # runs took 344 s here and over 420 s on a slower CI machine: the limit is the test's own
-    # deadline (900 s for the runs to end).
+    # runs took 320-382 s here and 427 s on a CI machine: the limit is the test's own deadline
+    # (900 s for the runs to end).
     Tier("many", "many_runs and not ssh", 300, 900),
 )
 # Stages run one after the other, stopping at the first that fails; the tiers of a stage run
