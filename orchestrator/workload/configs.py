@@ -1,4 +1,4 @@
-"""Ray Train's ScalingConfig / RunConfig from the resolved configuration, and the run's folder.
+"""Ray Train's ScalingConfig / DataConfig / RunConfig from the resolved configuration, and the run's folder.
 
 Ray Train V2 restores a run from `<storage_path>/<name>` whenever that folder holds a previous
 run's state. So `resume: true` uses the name as given (continuing from its latest checkpoint),
@@ -31,6 +31,18 @@ def scaling_config(config: JobConfig) -> Any:
     return ScalingConfig(num_workers=scaling["num_workers"], use_gpu=scaling["use_gpu"],
                          resources_per_worker=scaling["resources_per_worker"],
                          placement_strategy=scaling.get("placement_strategy", "PACK"))
+
+
+def data_config(config: JobConfig) -> Any:
+    """Ray Train's DataConfig: its default (every dataset split across the workers) unless the
+    run has one worker. Ray's default splits even then: an actor per dataset (a
+    SplitCoordinator, about 2 CPU-s to start) to hand all of it to that worker. One worker
+    reads its datasets itself instead (`ds.iterator()` in Ray's DataConfig)."""
+    from ray.train import DataConfig
+
+    if config["scaling_config"]["num_workers"] == 1:
+        return DataConfig(datasets_to_split=[])
+    return DataConfig()
 
 
 def run_config(config: JobConfig, name: str, callbacks: list[Any]) -> Any:

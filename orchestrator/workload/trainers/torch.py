@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from ...contract import JobConfig
 from .. import data, models, tracking
-from ..configs import scaling_config
+from ..configs import data_config, scaling_config
 from .base import Made, Scores
 
 NAME = "torch"
@@ -69,6 +69,7 @@ def make_trainer(config: JobConfig, run_config: Any) -> Made:
                                                      "feature_columns", "data_loader")}}
         loop = functools.partial(train_loop, job=job)
     return Made(TorchTrainer(loop, train_loop_config=loop_config, datasets=datasets,
+                             dataset_config=data_config(config),
                              scaling_config=scaling_config(config), run_config=run_config),
                 prepared)
 

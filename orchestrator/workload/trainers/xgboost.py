@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...contract import JobConfig
-from ..configs import scaling_config
+from ..configs import data_config, scaling_config
 from .base import Made, Scores, boosting_job, valid_split
 
 NAME = "xgboost"
@@ -25,6 +25,7 @@ def make_trainer(config: JobConfig, run_config: Any) -> Made:
 
     prepared, job = boosting_job(config)
     return Made(XGBoostTrainer(functools.partial(train_loop, job=job), datasets=prepared.datasets,
+                               dataset_config=data_config(config),
                                scaling_config=scaling_config(config), run_config=run_config),
                 prepared)
 
