@@ -38,6 +38,7 @@ def expected(booster, card: dict, preprocessor, frame: pd.DataFrame) -> np.ndarr
     return booster.predict(features.to_numpy(dtype=np.float64))
 
 
+@pytest.mark.xdist_group("trained-boosted")
 def test_a_sweep_is_tuned_tracked_and_predicted(trained, tmp_path, capsys, monkeypatch):
     lgbm = trained.lightgbm
     lgbm.use(monkeypatch)   # `predict` finds the sweep as the experiment file's latest run
@@ -80,6 +81,7 @@ def test_a_sweep_is_tuned_tracked_and_predicted(trained, tmp_path, capsys, monke
     assert predicted["metrics"]["accuracy"] == pytest.approx(accuracy)
 
 
+@pytest.mark.xdist_group("trained-boosted")
 def test_the_best_checkpoint_is_served(trained, local_ray, tmp_path, capsys, monkeypatch):
     lgbm = trained.lightgbm
     lgbm.use(monkeypatch)

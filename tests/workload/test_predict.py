@@ -58,6 +58,7 @@ def torch_probabilities(checkpoint: Path, card: dict, x: np.ndarray) -> np.ndarr
         return torch.softmax(model(torch.as_tensor(x)), dim=1).numpy()
 
 
+@pytest.mark.xdist_group("trained-mlp")
 def test_mlp_on_csv(trained, tmp_path, capsys, monkeypatch):
     """Predictions equal the in-process ones; --evaluate equals the run's own validation."""
     mlp = trained.mlp
@@ -159,6 +160,7 @@ def check_errors(capsys, tmp_path: Path, path: Path, checkpoint: Path, frame: pd
     assert "already holds predictions" in err
 
 
+@pytest.mark.xdist_group("trained-boosted")
 def test_xgboost_from_its_run_folder(trained, tmp_path, capsys):
     xgb = trained.xgboost
     result = xgb.summary

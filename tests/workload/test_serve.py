@@ -55,6 +55,7 @@ def serve_json(capsys, path: Path) -> tuple[int, dict, str]:
 
 
 @pytest.mark.ray
+@pytest.mark.xdist_group("trained-boosted")
 def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypatch):
     xgb = trained.xgboost
     xgb.use(monkeypatch)   # `serve` finds the run of the experiment file in its home
@@ -235,6 +236,7 @@ def test_serving_a_run_that_never_happened(tmp_path, capsys):
 
 
 @pytest.mark.ray
+@pytest.mark.xdist_group("trained-boosted")
 def test_a_rayservices_serve_config_answers_when_deployed_as_kuberay_deploys_it(
         trained, local_ray, tmp_path):
     """KubeRay (v1.7.0) reads a RayService's serveConfigV2 as YAML, turns it into JSON and PUTs

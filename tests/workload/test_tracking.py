@@ -43,6 +43,7 @@ def run_json(capsys, path: Path, *extra: str) -> tuple[dict, str]:
     return json.loads(out), err
 
 
+@pytest.mark.xdist_group("trained-mlp")
 def test_a_run_is_logged_to_the_server_and_its_token_nowhere(trained, local_ray, capsys,
                                                              monkeypatch):
     mlp = trained.mlp   # run with MLFLOW_TRACKING_TOKEN set: the server has no auth, ignores it
@@ -141,6 +142,7 @@ def test_a_tune_grid_is_a_parent_run_with_a_child_per_trial(local_ray, experimen
     assert values == sorted(values, reverse=True)                  # best first (mode max)
 
 
+@pytest.mark.xdist_group("trained-boosted")
 def test_xgboost_rounds_are_logged(trained, monkeypatch):
     xgb = trained.xgboost   # tracked in a file store beside its file, log_artifacts: false
     mlflow = client(str(xgb.path.parent / "mlruns"), monkeypatch)
@@ -151,6 +153,7 @@ def test_xgboost_rounds_are_logged(trained, monkeypatch):
     assert mlflow.list_artifacts(run.info.run_id) == []             # log_artifacts: false
 
 
+@pytest.mark.xdist_group("trained-mlp")
 def test_a_second_run_shown_at_a_terminal_then_listed_and_compared(trained, tmp_path, capsys,
                                                                     monkeypatch):
     """The session's MLP (lr 0.01) and the same experiment with lr 0.05, run here at a terminal
