@@ -48,7 +48,7 @@ TIERS = (
     # Two workers, each with its shared Ray: one run leaves a core idle about a third of the
     # time (its processes start one after another; the tier on one worker kept the machine 73 %
     # busy). The tests reading the trained runs stay on one worker (tests/tiers.py).
-    Tier("ray", "ray and not ssh and not own_ray and not many_runs and not beside_ssh", 600, 420,
+    Tier("ray", "ray and not ssh and not own_ray and not many_runs", 600, 420,
          ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")),
     # The local Ray's own life cycle: tests that start and stop embedded Rays of their own.
     Tier("local", "own_ray and not ssh", 180, 420),
@@ -57,22 +57,20 @@ TIERS = (
     # beside the others. The shared cluster's tests stay on one worker (xdist_group,
     # tests/tiers.py).
     Tier("ssh", "ssh", 720, 600, ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")),
-    # Many runs at once on its own shared Ray (test_many_runs: ten runs, about 400 CPU-s, most
-    # of it Ray starting processes), then the ray tests marked `beside_ssh` (long ones needing
-    # nothing shared: about 300 s of the ray tier's 1140), beside the ssh tier, which leaves the
-    # machine about 18 % idle while its tests wait for SSH, health checks and timeouts (a
-    # per-test cgroup account: 1850 CPU-s in 1136 s). Beside that tier the ten runs took
-    # 320-382 s here and 427 s on a CI machine: the limit is the test's own deadline (900 s for
-    # the runs to end).
-    Tier("many", "(many_runs or beside_ssh) and not ssh", 300, 900),
+    # Many runs at once on its own shared Ray (test_many_runs: ten runs, about 370 CPU-s, most
+    # of it Ray starting processes), beside the ssh tier, which leaves the machine about 16 %
+    # idle while its tests wait for SSH, health checks and timeouts. Beside that tier the ten
+    # runs took 320-382 s here and 427 s on a CI machine: the limit is the test's own deadline
+    # (900 s for the runs to end).
+    Tier("many", "many_runs and not ssh", 300, 900),
 )
 # Stages run one after the other, stopping at the first that fails; the tiers of a stage run
 # side by side. The local tier (about 2 minutes alone) beside the fast one: the fast tests time
 # nothing. The ray and the ssh tier one after the other: both keep the two cores busy, so side
 # by side they took 24:50 where one after the other took 25:54, and a test timed for an idle
 # machine failed; a third ssh worker took 13:17 where two took 12:57, the machine 86 % busy
-# (measured on the 2-core machine, 2026-11-27). The many tier, the ray tier's longest test and
-# the long ray tests that need nothing shared, fills the ssh tier's idle time instead.
+# (measured on the 2-core machine, 2026-11-27). The many tier, the ray tier's longest test
+# alone, fills the ssh tier's idle time instead.
 STAGES = (("fast", "local"), ("ray",), ("ssh", "many"))
 STAGE_BUDGETS_S = {("fast", "local"): 240, ("ssh", "many"): 780}   # else: the tier's own
 TOTAL_BUDGET_S = 1800

@@ -25,7 +25,7 @@ from orchestrator.render.kuberay import secret_name
 from orchestrator.state import State, cluster_key
 from tests.kube_api import FakeKube
 
-pytestmark = [pytest.mark.ray, pytest.mark.beside_ssh]   # the many tier (tests/tiers.py)
+pytestmark = [pytest.mark.ray]
 
 NAME, NAMESPACE = "kr-ray", "ml"
 CLUSTER = """cluster_name: kr-ray

@@ -42,7 +42,6 @@ def submitter_line(address: str, job: dict) -> str:
             f"ray job logs --address {address} --follow {job_id}")
 
 
-@pytest.mark.beside_ssh
 def test_the_rayjobs_entrypoint_trains_on_ray_as_kuberays_submitter_submits_it(
         local_ray, shared_ray, tmp_path):
     import shutil

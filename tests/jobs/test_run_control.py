@@ -166,7 +166,6 @@ def local_token() -> str:
     return State.here().secrets.read(embedded.TOKEN_KEY)
 
 
-@pytest.mark.beside_ssh
 def test_a_run_stopped_half_way_resumes_to_the_configured_epochs(local_ray, tmp_path, capsys):
     """Fault 6 of issue 11: `orchestrate stop` part way, then `run --resume` continues the same
     run from the latest checkpoint (the built-in loop reports one every epoch) up to the epochs

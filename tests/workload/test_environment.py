@@ -105,7 +105,6 @@ def files_holding(root: Path, needle: bytes) -> list[str]:
     return found
 
 
-@pytest.mark.beside_ssh
 def test_packages_variables_secrets_and_excludes_reach_the_job(local_ray, tmp_path, monkeypatch,
                                                                 capsys):
     secret = f"s3cret-{secrets.token_hex(12)}"
