@@ -54,11 +54,12 @@ def job_status(handle, job: str) -> str:
 
 def watched(handle, since: float = 0.0) -> list[dict]:
     """`status`'s autostop rows until the head's watcher has polled once after `since` (the
-    hosts share this machine's clock), or 60 rows: a row says what the watcher saw at its last
-    poll, which on a busy machine can be seconds old."""
+    hosts share this machine's clock), or has taken the cluster down (it polls no more), or 60
+    rows: a row says what the watcher saw at its last poll, which on a busy machine can be
+    seconds old."""
     rows = [status_of(handle)["autostop"]]
     while (rows[-1].get("state") != "watching" or (rows[-1].get("checked_at") or 0) < since) \
-            and len(rows) < 60:
+            and rows[-1].get("stopped_at") is None and len(rows) < 60:
         time.sleep(1)
         rows.append(status_of(handle)["autostop"])
     return rows
