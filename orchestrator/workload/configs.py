@@ -1,4 +1,5 @@
-"""Ray Train's ScalingConfig / DataConfig / RunConfig from the resolved configuration, and the run's folder.
+"""Ray Train's ScalingConfig / DataConfig / RunConfig from the resolved configuration, and the
+run's folder.
 
 Ray Train V2 restores a run from `<storage_path>/<name>` whenever that folder holds a previous
 run's state. So `resume: true` uses the name as given (continuing from its latest checkpoint),

@@ -7,6 +7,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
 from orchestrator.util.ports import free_port, is_free
 from orchestrator.util.relay import Relay
 
@@ -24,13 +26,8 @@ def test_a_listener_takes_the_port_and_time_wait_after_it_does_not():
             # no upstream: the forward closes the connection, its side first
             assert client.recv(1) == b""
     assert time_wait_on(port), "no TIME_WAIT on the port: the test would prove nothing"
-    with socket.socket() as plain:
-        try:
-            plain.bind(("127.0.0.1", port))
-            plain_bind = True
-        except OSError:
-            plain_bind = False
-    assert not plain_bind                          # what is_free once tried: refused
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))            # what is_free once tried: refused
     assert is_free(port)                           # free for the forward's bind
     with Relay("/nonexistent/upstream.sock", port=port) as again:
         assert again.port == port and not is_free(port)
