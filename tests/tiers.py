@@ -113,14 +113,14 @@ WEIGHTS = {
     "test_end_to_end.py::test_vit_over_dataloader": 32,
     "test_end_to_end.py::test_failing_user_loop": 29,
     # ssh tier
-    "shared_cluster": 580,
-    "test_autostop.py": 340,
-    "test_e2e.py": 240,
-    "test_faults.py::test_a_worker_dies_then_another_is_cut_off_then_down_with_one_dead": 200,
-    "test_gitops.py": 145,
-    "test_faults.py::test_the_head_dies_while_run_follows": 140,
+    "shared_cluster": 575,
+    "test_autostop.py": 316,
+    "test_faults.py::test_a_worker_dies_then_another_is_cut_off_then_down_with_one_dead": 250,
+    "test_e2e.py": 239,
+    "test_gitops.py": 233,
+    "test_faults.py::test_the_head_dies_while_run_follows": 151,
     "test_host_keys.py": 57,
-    "test_faults.py::test_a_worker_unreachable_during_up": 46,
+    "test_faults.py::test_a_worker_unreachable_during_up": 47,
 }
 
 
