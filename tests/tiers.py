@@ -90,9 +90,9 @@ def _groups_in_node_ids(config, items) -> None:
 # one worker running them all (ssh tier 12:36 with every module grouped).
 #
 # Each tier hands out its longest units of work first (a group's tests together, or one test),
-# the rest after them in file order: the longest-processing-time rule. A worker holds up to three
-# tests before it runs them (pytest-xdist), so long tests handed out last end on one worker
-# while the other waits: the three fault tests, once last, ran one after another on one worker
+# the rest after them in file order: the longest-processing-time rule. A worker holds tests
+# before it runs them (one ahead: tests/scheduling.py), so long tests handed out last end on
+# one worker while the other waits: the three fault tests, once last, ran one after another on one worker
 # while the other sat idle for 340 s of an 18:37 tier (measured 2026-11-29). Now both end within
 # half a minute of each other; the tier took as long (18:30): the machine is CPU-bound, and the
 # tests that now run side by side each take longer. WEIGHTS are the seconds a unit took in CI
