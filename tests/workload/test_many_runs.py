@@ -89,9 +89,14 @@ def test_ten_runs_at_once_all_finish_no_more_running_together_than_fit(local_ray
     # a 1-worker run reads its datasets itself (workload.configs.data_config): no split, so no
     # SplitCoordinator actor per dataset; its DatasetManager still hands them over
     assert "DatasetManager" in classes and "SplitCoordinator" not in classes, set(classes)
+    logs = {job_id: jobs.logs(job_id) for job_id in ids}
     # the CSVs' columns were found without Ray Data's Limit[1] run, whose cancelled tasks meet
     # a race in Ray's core worker that aborted about 1 driver in 40 with two runs at once
-    assert not [job_id for job_id in ids if "LimitOperator" in jobs.logs(job_id)]
+    assert not [job_id for job_id, log in logs.items() if "LimitOperator" in log]
+    # the small CSVs were read as one block each (workload.data.read_options), not split into
+    # blocks that each start a task; Ray Data printed the plan of the read it ran
+    assert all("ReadCSV" in log for log in logs.values())
+    assert not [job_id for job_id, log in logs.items() if "SplitBlocks" in log]
 
 
 def test_a_run_that_can_never_fit_fails_at_once_naming_what_it_asks_and_what_exists(

@@ -231,3 +231,29 @@ def test_parquet_is_read_with_the_reader_that_lists_files_once(monkeypatch):
     data.read({"format": "parquet", "path": "/data/train", "read_options": {"skip_paths": []}})
     assert seen == [False, True]   # V1, unless an option only V2 has is asked for
     assert context.use_datasource_v2 is True   # Ray's setting is left as it was
+
+
+def test_a_small_local_split_is_read_as_one_block(tmp_path):
+    from orchestrator.workload import data
+
+    small = tmp_path / "train.csv"
+    small.write_text("a,b\n1,2\n")
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"part-{i}.parquet").write_bytes(b"x" * 1000)
+    large = tmp_path / "large.csv"
+    with large.open("wb") as out:   # sparse: the size is what counts
+        out.truncate(data.ONE_BLOCK_BYTES + 1)
+
+    def options(path, **read_options):
+        return data.read_options({"path": str(path), "read_options": read_options})
+
+    assert options(small) == {"override_num_blocks": 1}
+    assert options(folder, columns=["a"]) == {"columns": ["a"], "override_num_blocks": 1}
+    assert data.local_bytes(str(folder)) == 3000
+    # Ray's own block count: a large split, the user's own, a URI, a path not there
+    assert options(large) == {}
+    assert options(small, override_num_blocks=4) == {"override_num_blocks": 4}
+    assert options("s3://bucket/train.csv") == {}
+    assert options(tmp_path / "missing.csv") == {}
