@@ -75,31 +75,12 @@ def read_options(spec: DatasetSection) -> dict[str, Any]:
     """The reader's keyword arguments: the user's `read_options`, and one block for a small
     local split (see ONE_BLOCK_BYTES)."""
     options = dict(spec.get("read_options") or {})
-    if "override_num_blocks" not in options and "parallelism" not in options:
-        size = local_bytes(resolve(spec["path"]))
+    if "override_num_blocks" not in options and "parallelism" not in options \
+            and not is_uri(spec["path"]):
+        size = file_bytes(spec["path"])
         if size is not None and size <= ONE_BLOCK_BYTES:
             options["override_num_blocks"] = 1
     return options
-
-
-def local_bytes(path: str) -> int | None:
-    """The bytes of a local file, or of the files under a local folder; None for a URI, a path
-    that is not there, or a folder with more than a thousand files (not worth listing)."""
-    if is_uri(path):
-        return None
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    total, count = 0, 0
-    for folder, _, names in os.walk(path):
-        for name in names:
-            count += 1
-            if count > 1000:
-                return None
-            try:
-                total += os.path.getsize(os.path.join(folder, name))
-            except OSError:
-                continue
-    return total if count else None
 
 
 def check_paths(config: JobConfig) -> None:
@@ -331,17 +312,27 @@ def choose_cache(config: JobConfig, estimates: dict[str, float | None],
 def estimated_bytes(spec: DatasetSection, image: bool) -> float | None:
     """The split's size in memory, guessed from the size of its files; None if unknown.
     `image`: it holds images normalised to float32."""
+    size = file_bytes(spec["path"])
+    if size is None:
+        return None
+    return size * EXPANSION.get(spec.get("format", "parquet"), 2.0) * (IMAGE_EXPANSION if image else 1)
+
+
+def file_bytes(path: str) -> int | None:
+    """The bytes of a split's file, or of the files under its folder (a URI's too); None if
+    they cannot be listed."""
     import pyarrow.fs
 
     try:
-        fs, inner = pyarrow.fs.FileSystem.from_uri(resolve(spec["path"]))  # local paths too
+        fs, inner = pyarrow.fs.FileSystem.from_uri(resolve(path))  # local paths too
         info = fs.get_file_info(inner)
+        if info.type == pyarrow.fs.FileType.NotFound:
+            return None
         files = [info] if info.type == pyarrow.fs.FileType.File else \
             fs.get_file_info(pyarrow.fs.FileSelector(inner, recursive=True))
     except (OSError, ValueError, pyarrow.ArrowException):
         return None
-    size = sum(f.size or 0 for f in files if f.type == pyarrow.fs.FileType.File)
-    return size * EXPANSION.get(spec.get("format", "parquet"), 2.0) * (IMAGE_EXPANSION if image else 1)
+    return sum(f.size or 0 for f in files if f.type == pyarrow.fs.FileType.File)
 
 
 def object_store_bytes() -> float:

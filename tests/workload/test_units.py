@@ -251,7 +251,7 @@ def test_a_small_local_split_is_read_as_one_block(tmp_path):
 
     assert options(small) == {"override_num_blocks": 1}
     assert options(folder, columns=["a"]) == {"columns": ["a"], "override_num_blocks": 1}
-    assert data.local_bytes(str(folder)) == 3000
+    assert data.file_bytes(str(folder)) == 3000
     # Ray's own block count: a large split, the user's own, a URI, a path not there
     assert options(large) == {}
     assert options(small, override_num_blocks=4) == {"override_num_blocks": 4}
