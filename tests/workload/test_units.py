@@ -179,7 +179,7 @@ def test_images_stay_uint8_in_ray_data_for_the_built_in_loop_only(monkeypatch):
             return self
 
     estimated = []
-    monkeypatch.setattr(data, "read", lambda spec: Split())
+    monkeypatch.setattr(data, "read", lambda spec, one_block: Split())
     monkeypatch.setattr(data, "object_store_bytes", lambda: 1e12)
     monkeypatch.setattr(data, "estimated_bytes",
                         lambda spec, image: estimated.append(image) or 1.0)
@@ -247,7 +247,8 @@ def test_a_small_local_split_is_read_as_one_block(tmp_path):
         out.truncate(data.ONE_BLOCK_BYTES + 1)
 
     def options(path, **read_options):
-        return data.read_options({"path": str(path), "read_options": read_options})
+        return data.read_options({"path": str(path), "read_options": read_options},
+                                 one_block=True)
 
     assert options(small) == {"override_num_blocks": 1}
     assert options(folder, columns=["a"]) == {"columns": ["a"], "override_num_blocks": 1}
@@ -257,3 +258,6 @@ def test_a_small_local_split_is_read_as_one_block(tmp_path):
     assert options(small, override_num_blocks=4) == {"override_num_blocks": 4}
     assert options("s3://bucket/train.csv") == {}
     assert options(tmp_path / "missing.csv") == {}
+    # a Tune trial reads with Ray's block count
+    assert data.read_options({"path": str(small)}, one_block=False) == {}
+    assert not data.one_block_ok({"tune": {"param_space": {}}}) and data.one_block_ok({})

@@ -45,7 +45,8 @@ def make_trainer(config: JobConfig, run_config: Any) -> Made:
     prepared: data.Prepared | None = None
     if config.get("data_loader") == DATA_LOADER and config.get("datasets"):
         data.check_paths(config)
-        train, columns = data.with_columns(data.read(config["datasets"]["train"]),
+        train, columns = data.with_columns(data.read(config["datasets"]["train"],
+                                                     one_block=data.one_block_ok(config)),
                                            materialize=data.materialize_ok(config, image))
         preprocessor = data.fit_preprocessor(config, train, columns)
         after = columns if preprocessor is None or image else \
