@@ -41,7 +41,7 @@ def predict(config: PredictConfig) -> dict[str, Any]:
     target = storage.join(output, PREDICTIONS_FOLDER)
     if storage.exists(target):
         raise ValueError(f"{target} already exists: give another --output, or remove it")
-    dataset = data.read(config["data"], one_block=True)
+    dataset = data.read(config["data"])   # Ray's block count: every actor of the pool gets blocks
     columns = list(dataset.schema().names)
     keep = check_columns(model, columns, config)
     if config["evaluate"]:
