@@ -92,10 +92,10 @@ def _groups_in_node_ids(config, items) -> None:
 # Each tier hands out its longest units of work first (a group's tests together, or one test),
 # the rest after them in file order: the longest-processing-time rule. A worker holds tests
 # before it runs them (one ahead: tests/scheduling.py), so long tests handed out last end on
-# one worker while the other waits: the three fault tests, once last, ran one after another on one worker
-# while the other sat idle for 340 s of an 18:37 tier (measured 2026-11-29). Now both end within
-# half a minute of each other; the tier took as long (18:30): the machine is CPU-bound, and the
-# tests that now run side by side each take longer. WEIGHTS are the seconds a unit took in CI
+# one worker while the other waits: the three fault tests, once last, ran one after another on
+# one worker while the other sat idle for 340 s of an 18:37 tier (measured 2026-11-29). With
+# the long ones first and one test ahead the two ssh workers ended 42 s apart (960 s and 918 s
+# of a 16:18 tier, CI run of 2026-11-29). WEIGHTS are the seconds a unit took in CI
 # (test-artifacts/durations-TIER.json, beside the many tier); a new long test belongs here.
 # Keys: an xdist group, `file.py::test`, or `file.py` (all its tests).
 WEIGHTS = {
