@@ -118,6 +118,7 @@ WEIGHTS = {
     "test_faults.py::test_a_worker_dies_then_another_is_cut_off_then_down_with_one_dead": 250,
     "test_e2e.py": 239,
     "test_gitops.py": 233,
+    "test_ray_defaults.py": 170,
     "test_faults.py::test_the_head_dies_while_run_follows": 151,
     "test_host_keys.py": 57,
     "test_faults.py::test_a_worker_unreachable_during_up": 47,

@@ -9,6 +9,34 @@ from ..reach.endpoint import Endpoint, open_cluster
 from ..state import UP, ClusterRecord, State
 from ..util.http import HttpError, get_json
 
+# Ray's node table: its state API lists every node with its state, address and resources. It
+# is current the moment a node joins or dies; the autoscaler's load report (`/api/cluster_status`)
+# is refreshed every AUTOSCALER_UPDATE_INTERVAL_S (5 s by default), and right after `up` still
+# counts only the head (Ray 2.60, measured on a fresh 3-host cluster: 2 CPUs where the node
+# table said 6).
+NODE_TABLE = "/api/v0/nodes?limit=10000"
+
+
+def listed(answer: Any) -> list[dict[str, Any]] | None:
+    """The nodes of a NODE_TABLE answer (None: not such an answer)."""
+    found = (((answer or {}).get("data") or {}).get("result") or {}).get("result") \
+        if isinstance(answer, dict) else None
+    return [node for node in found if isinstance(node, dict)] if isinstance(found, list) else None
+
+
+def alive(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [node for node in nodes if node.get("state") == "ALIVE"]
+
+
+def totals(nodes: list[dict[str, Any]]) -> dict[str, float]:
+    """The resources of `nodes` summed, without the one-per-node `node:<address>` markers."""
+    found: dict[str, float] = {}
+    for node in nodes:
+        for name, amount in (node.get("resources_total") or {}).items():
+            if isinstance(amount, (int, float)) and not str(name).startswith("node:"):
+                found[str(name)] = found.get(str(name), 0.0) + float(amount)
+    return found
+
 
 @dataclass(frozen=True)
 class Health:
@@ -48,26 +76,23 @@ def _get(endpoint: Endpoint, path: str, timeout: float) -> Any:
 
 def probe(endpoint: Endpoint, *, timeout: float = 5) -> Health:
     version = _get(endpoint, "/api/version", timeout)
-    data = _get(endpoint, "/api/v0/nodes?limit=10000", timeout)
-    nodes = data.get("data", {}).get("result", {}).get("result", [])
-    alive = [n for n in nodes if n.get("state") == "ALIVE"]
-    totals: dict[str, float] = {}
-    for node in alive:
-        for name, amount in (node.get("resources_total") or {}).items():
-            if name in ("CPU", "GPU", "memory", "object_store_memory") or \
-                    not name.startswith(("node:", "accelerator_type")):
-                totals[name] = totals.get(name, 0) + amount
+    nodes = listed(_get(endpoint, NODE_TABLE, timeout)) or []
+    up = alive(nodes)
     return Health(
-        nodes_alive=len(alive), nodes_dead=len(nodes) - len(alive),
-        session=version.get("session_name", ""), resources=totals,
-        node_ips=tuple(sorted(n.get("node_ip", "") for n in alive)),
-        node_types=_node_types(endpoint, timeout),
+        nodes_alive=len(up), nodes_dead=len(nodes) - len(up),
+        session=version.get("session_name", ""),
+        resources={name: amount for name, amount in totals(up).items()
+                   if not name.startswith("accelerator_type")},
+        node_ips=tuple(sorted(n.get("node_ip", "") for n in up)),
+        node_types=_node_types(endpoint, timeout, len(up)),
     )
 
 
-def _node_types(endpoint: Endpoint, timeout: float) -> dict[str, int]:
+def _node_types(endpoint: Endpoint, timeout: float, alive: int) -> dict[str, int]:
     """The alive nodes per node type from the autoscaler's report in `/api/cluster_status`
-    (what `ray status` prints as "Active"); empty when there is no report (no autoscaler)."""
+    (what `ray status` prints as "Active"); empty when there is no report (no autoscaler), or
+    when it does not count the `alive` nodes of the node table: it is refreshed every
+    AUTOSCALER_UPDATE_INTERVAL_S (5 s), so right after `up` it still counts only the head."""
     try:
         found = get_json(endpoint.address, "/api/cluster_status", endpoint.token,
                          timeout=timeout)
@@ -76,8 +101,9 @@ def _node_types(endpoint: Endpoint, timeout: float) -> dict[str, int]:
     report = (((found or {}).get("data") or {}).get("clusterStatus") or {}) \
         .get("autoscalerReport") or {}
     active = report.get("activeNodes") or {}
-    return {str(k): int(v) for k, v in active.items() if isinstance(v, (int, float))} \
+    counted = {str(k): int(v) for k, v in active.items() if isinstance(v, (int, float))} \
         if isinstance(active, dict) else {}
+    return counted if sum(counted.values()) == alive else {}
 
 
 def probe_cluster(record: ClusterRecord, state: State, *, timeout: float = 15,

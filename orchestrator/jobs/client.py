@@ -136,6 +136,19 @@ class JobsClient:
             return None
         return found if isinstance(found, dict) else None
 
+    def nodes(self) -> list[dict[str, Any]] | None:
+        """Ray's node table (`cluster.health.NODE_TABLE`), current the moment a node joins or
+        dies, unlike the autoscaler's load report in `cluster_status`; None if the head does
+        not say."""
+        from ..cluster.health import NODE_TABLE, listed
+        from ..util.http import HttpError, get_json
+
+        try:
+            return listed(get_json(self.endpoint.address, NODE_TABLE, self.endpoint.token,
+                                   timeout=PROBE_EVERY * 2))
+        except HttpError:
+            return None
+
     def _on_job(self, function: Callable[[str], T], job_id: str) -> T:
         """`function(job_id)`; a job the Ray does not know (its 404, "Job X does not exist")
         is a JobError naming the job and where it was looked for."""

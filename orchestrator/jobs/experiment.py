@@ -261,23 +261,20 @@ def submit(plan: JobPlan[JobConfig], spec: ExperimentSpec, jobs: JobsClient, sta
 
 def admit(spec: ExperimentSpec, config: JobConfig, jobs: JobsClient, cluster: str | None,
           state: State, progress: Progress) -> needs.Admission | None:
-    """The run's place in its Ray's queue (`jobs.needs`); SpecError naming the scaling section
-    when the Ray can never hold it (a cluster that may grow is left to Ray Train's own check
-    against its autoscaler's limits); None (not queued, said) when the Ray does not say what
-    it has."""
+    """The run's place in its Ray's queue (`jobs.needs`), sized by the alive nodes of Ray's
+    node table; SpecError naming the scaling section when the Ray can never hold it: on-prem,
+    once every listed host is alive (a cluster that may grow is left to Ray Train's own check
+    against its autoscaler's limits; a host not joined yet may still bring what is missing);
+    None (not queued, said) when the Ray does not say what it has."""
+    from ..util.waiting import poll
     from . import needs
 
-    fixed, label = True, f"cluster {cluster}" if cluster else embedded.LABEL
-    if cluster is not None:
-        from .. import providers
-        from ..reach.target import recorded_cluster
+    label = f"cluster {cluster}" if cluster else embedded.LABEL
+    record = recorded_cluster(state, name=cluster) if cluster is not None else None
 
-        fixed = providers.get(recorded_cluster(state, name=cluster).provider).FIXED_HOSTS
-    from ..util.waiting import poll
-
-    def known() -> needs.Capacity | None:   # a Ray just started reports its totals after ~2 s
-        status = jobs.cluster_status()
-        return needs.capacity_of(status, label) if status else None
+    def known() -> needs.Capacity | None:   # a Ray just started answers after a few seconds
+        nodes = jobs.nodes()
+        return needs.capacity_of(nodes, label) if nodes else None
 
     capacity = poll(known, timeout=CAPACITY_WAIT, interval=0.5)
     if capacity is None:
@@ -286,10 +283,33 @@ def admit(spec: ExperimentSpec, config: JobConfig, jobs: JobsClient, cluster: st
         return None
     asked = needs.of(config)
     admission = needs.admit(asked, capacity)
-    if admission.too_big and fixed:
-        raise SpecError([_scaling_problem(spec, needs.refusal(admission, capacity),
-                                          _too_big_hint(asked, admission, cluster))])
-    return admission
+    if not admission.too_big:
+        return admission
+    missing = _not_joined(record, capacity, state)
+    if missing is None:
+        return admission
+    if missing:
+        progress(f"note: {needs.refusal(admission, capacity)}; {', '.join(missing)} "
+                 f"{'has' if len(missing) == 1 else 'have'} not joined: the run waits for "
+                 f"{'it' if len(missing) == 1 else 'them'}")
+        return admission
+    raise SpecError([_scaling_problem(spec, needs.refusal(admission, capacity),
+                                      _too_big_hint(asked, admission, cluster))])
+
+
+def _not_joined(record: ClusterRecord | None, capacity: needs.Capacity,
+                state: State) -> list[str] | None:
+    """The hosts of an on-prem cluster that are not among `capacity`'s alive nodes ([]: all
+    of them are; the embedded Ray is one machine); None where an autoscaler may add nodes."""
+    if record is None:
+        return []
+    from .. import providers
+
+    provider = providers.get(record.provider)
+    if not provider.FIXED_HOSTS:
+        return None
+    config = state.store.read_rendered(record.name) or {}
+    return provider.not_joined(config, capacity.node_ips)
 
 
 def _too_big_hint(asked: needs.Needs, admission: needs.Admission, cluster: str | None) -> str:
@@ -356,7 +376,8 @@ def stalled(jobs: JobsClient, job_id: str, admission: needs.Admission | None,
     except JobError:
         return
     found = jobs.cluster_status()
-    used = needs.in_use(found)
+    nodes = jobs.nodes()
+    used = needs.in_use(found, needs.capacity_of(nodes, jobs.endpoint.label) if nodes else None)
     if status == "PENDING":
         asked = f": it waits for {admission.asked}" if admission else ""
         say(f"still queued after {clock(quiet_for)}{asked}" + (f"; {used}" if used else ""))

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,16 +125,22 @@ def count_trials(space: Any, num_samples: Any) -> int | None:
 
 @dataclass(frozen=True)
 class Capacity:
-    """What a Ray has in all (Ray's totals: `/api/cluster_status`)."""
+    """What a Ray has in all: the resources of its alive nodes, from Ray's node table."""
 
     total: dict[str, float]
     label: str                       # "the embedded Ray", "cluster NAME"
+    node_ips: tuple[str, ...] = ()   # the alive nodes' addresses (one per node)
 
     def text(self) -> str:
         shown = {k: v for k, v in self.total.items() if not k.startswith("node:")
                  and k not in ("memory", "objectStoreMemory", "object_store_memory")}
         shown.setdefault("CPU", 0.0)
         return ", ".join(_amount(v, k) for k, v in sorted(shown.items(), key=_cpu_first))
+
+    def source(self) -> str:
+        """Where the figures come from: '3 nodes alive in Ray's node table'."""
+        count = len(self.node_ips)
+        return f"{count} node{'s' if count != 1 else ''} alive in Ray's node table"
 
 
 @dataclass(frozen=True)
@@ -178,27 +183,19 @@ def admit(needs: Needs, capacity: Capacity) -> Admission:
 
 
 def refusal(admission: Admission, capacity: Capacity) -> str:
-    """Why a run cannot fit: what it asks for and what the Ray has."""
+    """Why a run cannot fit: what it asks for, what the Ray has, and where that was read."""
     return (f"the run asks for {admission.asked}, but {capacity.label} has "
-            f"{capacity.text()} in all")
+            f"{capacity.text()} in all ({capacity.source()})")
 
 
-def capacity_of(status: dict[str, Any], label: str) -> Capacity | None:
-    """A Capacity from Ray's `/api/cluster_status` answer (its `loadMetricsReport.usage`:
-    resource -> [used, total]); None when the answer has none."""
-    usage = _report(status).get("usage")
-    if not isinstance(usage, dict):
+def capacity_of(nodes: list[dict[str, Any]], label: str) -> Capacity | None:
+    """A Capacity from Ray's node table: its alive nodes' resources; None when none is alive."""
+    from ..cluster.health import alive, totals
+
+    up = alive(nodes)
+    if not up:
         return None
-    total = {name: float(pair[1]) for name, pair in usage.items()
-             if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[1], (int, float))
-             and not _PLACEMENT_GROUP.search(name)}
-    return Capacity(total, label) if total else None
-
-
-# What a placement group's bundles add while it lives (`CPU_group_<index>_<id>`,
-# `bundle_group_<id>`; the dashboard's answer camel-cases them: `CPUGroup0<ID>`): the same CPUs
-# again, not more of them. The id is 18 bytes, 36 hex digits.
-_PLACEMENT_GROUP = re.compile(r"[Gg]roup_?(?:\d+_?)?[0-9A-Fa-f]{36}$")
+    return Capacity(totals(up), label, tuple(str(node.get("node_ip") or "") for node in up))
 
 
 OVERSUBSCRIBE = 4   # the embedded Ray's logical CPUs are at most this many per core
@@ -212,11 +209,13 @@ def embedded_cpus(needs: Needs, cores: int | None = None) -> int:
     return min(max(base, math.ceil(needs.one.get("CPU", 0.0))), max(base, OVERSUBSCRIBE * cores))
 
 
-def in_use(status: dict[str, Any] | None) -> str | None:
-    """'4 of 4 CPUs in use' from Ray's `/api/cluster_status`; None if it does not say."""
+def in_use(status: dict[str, Any] | None, capacity: Capacity | None) -> str | None:
+    """'4 of 4 CPUs in use' from Ray's `/api/cluster_status`; None if it does not say, or if
+    its report does not yet count every alive node of `capacity` (its CPUs differ)."""
     usage = _report(status).get("usage") or {}
     pair = usage.get("CPU")
-    if not (isinstance(pair, list) and len(pair) == 2):
+    if not (isinstance(pair, list) and len(pair) == 2) or capacity is None \
+            or pair[1] != capacity.total.get("CPU", 0.0):
         return None
     return f"{pair[0]:g} of {_amount(pair[1], 'CPU')} in use"
 

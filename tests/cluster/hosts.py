@@ -29,10 +29,13 @@ from tests.processes import stop
 
 PREFIX = "orh"   # every bridge, veth and namespace the helper makes starts with this
 MADE: set[str] = set()   # the bridges, veths and namespaces this process made (`leftovers`)
-# Every host's login shell exports these, as an /etc/environment line would: Ray's autoscaler
-# (the monitor on the head, started by `ray start`) looks at the cluster every second instead of
-# every 5 s, so the workers of a `ray up` join about 7 s sooner (measured: a 3-host `up` 19 s ->
-# 12 s). The cluster file is untouched; what `up` waits for (min_workers alive) is the same.
+# Every host's login shell exports these, as an /etc/environment line would, unless the host
+# is made with `ray_defaults=True`: Ray's autoscaler (the monitor on the head, started by `ray
+# start`) looks at the cluster every second instead of every 5 s, so the workers of a `ray up`
+# join about 7 s sooner (measured: a 3-host `up` 19 s -> 12 s). The cluster file is untouched;
+# what `up` waits for (min_workers alive) is the same. Its load report is refreshed as often,
+# which hid a run refused right after `up` (issue 48): tests/cluster/test_ray_defaults.py runs
+# `up` then `run`, and a GitOps first apply, on hosts with Ray's defaults.
 MACHINE_ENVIRONMENT = {"AUTOSCALER_UPDATE_INTERVAL_S": "1"}
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,6 +71,7 @@ class Host:
     hostname_resolves_to: str = ""     # what the host's /etc/hosts maps its own name to
     python_first: Path | None = None   # a folder put ahead of Ray's on the login shell's PATH
     environment: dict[str, str] = field(default_factory=dict)   # exported by the login shell
+    ray_defaults: bool = False         # no MACHINE_ENVIRONMENT: Ray's intervals as users have them
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -119,7 +123,7 @@ class Host:
         path = f"{_venv_bin()}:$PATH"
         if self.python_first is not None:
             path = f"{self.python_first}:{path}"
-        environment = {**MACHINE_ENVIRONMENT, **self.environment}
+        environment = {**({} if self.ray_defaults else MACHINE_ENVIRONMENT), **self.environment}
         exports = [f'export PATH="{path}"'] + [f"export {key}={shlex.quote(value)}"
                                                for key, value in environment.items()]
         (home / ".bashrc").write_text("\n".join(exports) + "\n")

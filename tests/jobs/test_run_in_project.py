@@ -47,7 +47,7 @@ class FakeJobs:
     def submit(self, **_kwargs: object) -> bool:
         return True
 
-    def cluster_status(self) -> None:   # a Ray that does not say what it has: not queued
+    def nodes(self) -> None:   # a Ray that does not say what it has: not queued
         return None
 
 
