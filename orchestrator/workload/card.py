@@ -170,9 +170,9 @@ def locate(path: str, which: str) -> str:
                         f"checkpoint (with {' or '.join(MODEL_FILES)})")
     history = storage.read_history(path)
     summary = _json(storage.join(own, "summary.json")) or {}
-    if which == "best" and summary.get("best_checkpoint") and \
-            storage.exists(str(summary["best_checkpoint"])):
-        return str(summary["best_checkpoint"])
+    best = storage.uri_in(path, str(summary.get("best_checkpoint") or ""))
+    if which == "best" and best and storage.exists(best):
+        return best
     kept = [r["checkpoint"] for r in history if r.get("checkpoint") and storage.exists(r["checkpoint"])]
     if not kept:
         raise CardError(f"the run {path} has no checkpoint to predict with")

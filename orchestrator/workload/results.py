@@ -16,7 +16,7 @@ from ..contract import RESULTS_FOLDER as FOLDER
 from ..contract import epoch_line, result_line
 from . import timing, tracking
 from .card import mark_checkpoint
-from .storage import join, read_history, write_bytes
+from .storage import join, read_history, uri_in, write_bytes
 
 
 def make_history_callback(run_uri: str, trial: str | None = None) -> Any:
@@ -35,7 +35,7 @@ def make_history_callback(run_uri: str, trial: str | None = None) -> Any:
             row = {k: v for k, v in (metrics[0] if metrics else {}).items() if _scalar(v)}
             if checkpoint is not None:
                 mark_checkpoint(checkpoint, run_uri)
-                row["checkpoint"] = checkpoint.path
+                row["checkpoint"] = uri_in(run_uri, checkpoint.path)
             self.history.append(row)
             line = dict(row, trial=trial) if trial else dict(row)
             line[timing.REPORTED] = time.time()

@@ -24,6 +24,21 @@ def join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *parts])
 
 
+def uri_in(base: str, path: str) -> str:
+    """`path`, a path inside the filesystem of `base` (a run folder), as a URI pyarrow opens
+    again: Ray Train's `Checkpoint.path` for `s3://bucket/x` storage is `bucket/x/...`, without
+    the scheme, which `FileSystem.from_uri` refuses ("URI has empty scheme"). A local path, or
+    a path that is a URI already, is returned as it is."""
+    if is_uri(path) or not is_uri(base):
+        return path
+    scheme, _, rest = base.partition("://")
+    host = rest.split("/", 1)[0]
+    inside = path.lstrip("/")
+    if host and inside != host and not inside.startswith(host + "/"):
+        inside = f"{host}/{inside}"   # a filesystem whose paths leave the host out (HDFS)
+    return f"{scheme}://{'' if host else '/'}{inside}"   # file:///folder has no host
+
+
 def _fs(uri: str) -> tuple[Any, str]:
     """(pyarrow FileSystem, path in it)."""
     import pyarrow.fs
@@ -58,5 +73,11 @@ def exists(uri: str) -> bool:
 
 
 def read_history(run_uri: str) -> list[dict[str, Any]]:
+    """The run's rows, each checkpoint as a URI like the run's (rows written before
+    orchestrate kept the scheme hold the path inside the filesystem: `uri_in`)."""
     data = read_bytes(join(run_uri, FOLDER, "metrics.json"))
-    return json.loads(data) if data else []
+    rows: list[dict[str, Any]] = json.loads(data) if data else []
+    for row in rows:
+        if isinstance(row, dict) and isinstance(row.get("checkpoint"), str):
+            row["checkpoint"] = uri_in(run_uri, row["checkpoint"])
+    return rows

@@ -261,3 +261,28 @@ def test_a_small_local_split_is_read_as_one_block(tmp_path):
     # a Tune trial reads with Ray's block count
     assert data.read_options({"path": str(small)}, one_block=False) == {}
     assert not data.one_block_ok({"tune": {"param_space": {}}}) and data.one_block_ok({})
+
+
+def test_a_checkpoint_inside_a_remote_filesystem_is_recorded_and_read_back_as_a_uri(tmp_path):
+    """Ray Train's Checkpoint.path for s3:// or gs:// storage leaves the scheme out."""
+    from orchestrator.workload import storage
+
+    run = "s3://runs/team/mlp"
+    assert storage.uri_in(run, "runs/team/mlp/checkpoint_1") == "s3://runs/team/mlp/checkpoint_1"
+    assert storage.uri_in("gs://b/x", "b/x/checkpoint_1") == "gs://b/x/checkpoint_1"
+    assert storage.uri_in("hdfs://name:8020/x", "/x/checkpoint_1") == \
+        "hdfs://name:8020/x/checkpoint_1"
+    assert storage.uri_in(run, "s3://runs/other") == "s3://runs/other"
+    assert storage.uri_in("/local/runs/mlp", "/local/runs/mlp/c") == "/local/runs/mlp/c"
+    # a history written before the scheme was kept is read back with it
+    local = tmp_path / "mlp"
+    (local / "orchestrate").mkdir(parents=True)
+    rows = [{"epoch": 1, "checkpoint": str(local / "checkpoint_1")}, {"epoch": 2}]
+    (local / "orchestrate" / "metrics.json").write_text(json.dumps(rows))
+    assert storage.read_history(str(local)) == rows
+    # the same run as a URI (file:// is read as s3:// is, through pyarrow)
+    (local / "orchestrate" / "metrics.json").write_text(json.dumps(rows))
+    (local / "checkpoint_1").mkdir()
+    [first, _] = storage.read_history(f"file://{local}")
+    assert first["checkpoint"] == f"file://{local}/checkpoint_1"
+    assert configs.best_from_history([first], {}) == first["checkpoint"]
