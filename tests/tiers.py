@@ -110,6 +110,7 @@ WEIGHTS = {
     "test_tracking.py::test_a_tune_grid_is_a_parent_run_with_a_child_per_trial": 52,
     "test_end_to_end.py::test_user_loop_tracked_and_no_duplicate": 47,
     "test_kuberay_ray.py::test_a_kuberay_cluster_end_to_end_on_a_real_ray": 35,
+    "test_s3_storage.py": 83,
     "test_end_to_end.py::test_vit_over_dataloader": 32,
     "test_end_to_end.py::test_failing_user_loop": 29,
     # ssh tier

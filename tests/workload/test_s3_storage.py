@@ -20,7 +20,10 @@ from tests.moto_server import aws_env, make_bucket, moto_server  # noqa: F401 - 
 from .conftest import MLP, TABLE
 from .test_serve import call, write_service
 
-pytestmark = [pytest.mark.ray, pytest.mark.own_ray]
+# The ray tier, not the local one (own_ray): the test starts an embedded Ray of its own, with
+# this environment, but tests nothing of its life cycle; beside the fast tier it made that tier
+# 1:50 longer (4:18, fresh clone, 2026-12-02).
+pytestmark = [pytest.mark.ray]
 
 BUCKET = "runs"
 
@@ -99,7 +102,9 @@ def test_a_run_on_s3_storage_trains_predicts_and_serves(aws_env, experiment, dat
                                        headers={"Cookie": cookie, HEADER: "1",
                                                 "Content-Type": "application/json"})
         with urllib.request.urlopen(asked, timeout=60) as answered:
-            assert json.loads(answered.read())["predictions"] == answer["predictions"][:1]
+            [first] = json.loads(answered.read())["predictions"]
+        # one row alone, not in a batch of three: the same to float32's precision
+        assert first == pytest.approx(answer["predictions"][0], rel=1e-5, abs=1e-7)
         assert main(["unserve", "s3-cancer"]) == 0
     finally:
         main(["stop", "--local-ray"])
