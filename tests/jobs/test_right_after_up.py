@@ -59,6 +59,8 @@ class JustUp:
     def answer(self, path: str) -> dict:
         import ray
 
+        if path == "/api/cluster_status" and not self.reported:   # no report yet
+            return {"result": True, "msg": "", "data": {"clusterStatus": {}}}
         if path == "/api/cluster_status":   # the head alone, by default: 2 CPUs
             workers = {"ray.worker.default": self.reported - 1} if self.reported > 1 else {}
             return {"result": True, "msg": "", "data": {"clusterStatus": {
@@ -136,6 +138,20 @@ def test_a_host_not_joined_yet_is_waited_for_not_counted_out(state, tmp_path):
     assert said == [f"note: the run asks for 5 CPUs (4 workers x 1 CPU + 1 CPU for Ray Data), "
                     f"but cluster race has 4 CPUs in all (2 nodes alive in Ray's node table); "
                     f"{HOSTS[2]} has not joined: the run waits for it"]
+
+
+def test_a_cloud_cluster_just_up_queues_its_runs_by_its_alive_nodes(state, tmp_path):
+    """A cloud cluster seconds after `up`: no load report yet (before, such a run was not
+    queued behind others); its autoscaler may add nodes, so a run bigger than the nodes up now
+    is not refused here (Ray Train checks it against the node types' limits)."""
+    state.store.write_cluster(ClusterRecord(name="race", provider="aws", file="/race.yaml",
+                                            config_hash="h", state=UP, head_ip=HOSTS[0]))
+    with JustUp(HOSTS[:1], reported=0) as fake:
+        fits, said = admit(fake, state, tmp_path, workers=1)
+        grows, said_too = admit(fake, state, tmp_path, workers=4)
+    assert fits is not None and not fits.too_big and said == []
+    assert fits.share == pytest.approx(0.9 * 2 / 2, abs=1e-4)
+    assert grows is not None and grows.too_big == ["CPU"] and said_too == []
 
 
 def test_the_node_table_is_read_over_http_as_ray_answers_it():
