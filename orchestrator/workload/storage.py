@@ -29,7 +29,7 @@ def uri_in(base: str, path: str) -> str:
     again: Ray Train's `Checkpoint.path` for `s3://bucket/x` storage is `bucket/x/...`, without
     the scheme, which `FileSystem.from_uri` refuses ("URI has empty scheme"). A local path, or
     a path that is a URI already, is returned as it is."""
-    if is_uri(path) or not is_uri(base):
+    if not path or is_uri(path) or not is_uri(base):
         return path
     scheme, _, rest = base.partition("://")
     host = rest.split("/", 1)[0]

@@ -274,6 +274,7 @@ def test_a_checkpoint_inside_a_remote_filesystem_is_recorded_and_read_back_as_a_
         "hdfs://name:8020/x/checkpoint_1"
     assert storage.uri_in(run, "s3://runs/other") == "s3://runs/other"
     assert storage.uri_in("/local/runs/mlp", "/local/runs/mlp/c") == "/local/runs/mlp/c"
+    assert storage.uri_in(run, "") == ""   # no checkpoint is not the bucket's root
     # a history written before the scheme was kept is read back with it
     local = tmp_path / "mlp"
     (local / "orchestrate").mkdir(parents=True)
