@@ -190,7 +190,8 @@ def training(env, machine, tmp_path: Path, name: str, *, epochs: int, max_failur
             return any(line.startswith("orchestrate: run ") for line in list(run.lines))
         return len(run.epochs()) >= after
 
-    run.until(far_enough, timeout=FIRST_EPOCH_S, what=f"{after} epoch(s) shown")
+    run.until(far_enough, timeout=FIRST_EPOCH_S,
+              what=f"{after} epoch(s) shown" if after else "the job's first line shown")
     return run
 
 
