@@ -30,7 +30,8 @@ What it implements:
   between: `write_before_replace`), patch (merge patch, RFC 7386;
   JSON patch, RFC 6902; a strategic merge patch is refused with 415, as for any custom
   resource, while for core objects it is taken as a plain merge patch), delete (the object
-  gets a deletionTimestamp and goes after `delete_delay`, as if a finalizer ran), the `status`
+  gets a deletionTimestamp and goes after `delete_delay`, as if a finalizer ran; a Secret or
+  Service without finalizers goes at once, as on a real API server), the `status`
   subresource, and watch (`watch=true`: newline-delimited JSON events, chunked, until
   `timeoutSeconds`, from `resourceVersion` when given);
 - garbage collection by ownerReferences (a deleted RayCluster takes its pods and service);
@@ -598,8 +599,15 @@ class FakeKube:
         return obj
 
     def _delete(self, plural: str, namespace: str, name: str) -> Json:
-        """Mark the object deleted; it goes after delete_delay (as if its finalizers ran)."""
+        """Mark the object deleted; it goes after delete_delay (as if its finalizers ran).
+
+        A Secret or a Service with no finalizers goes at once, as on a real API server: only
+        Ray's custom resources (the operator's finalizers) and pods (their grace period) linger.
+        """
         obj = self._must_get(plural, namespace, name)
+        if plural in ("secrets", "services") and not obj["metadata"].get("finalizers"):
+            self._remove(plural, namespace, name, obj["metadata"]["uid"])
+            return obj
         if "deletionTimestamp" not in obj["metadata"]:
             obj = copy.deepcopy(obj)
             obj["metadata"]["deletionTimestamp"] = now()
