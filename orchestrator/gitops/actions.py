@@ -69,7 +69,7 @@ def checkout_cluster(name: str, ps: ProjectState, doc: StateDoc, *, from_state: 
     if entry is not None:
         mine = desired_cluster(ps.project, spec, ps.machine.secrets.path(cluster_key(name))) \
             if spec is not None else wanted(name, entry, ps)
-        checkout(entry, ps, ps.machine, mine, from_state=from_state)
+        checkout(entry, ps, ps.machine, mine, from_state=from_state).reachable()
 
 
 def cluster_up(spec: ClusterSpec, file: str, ps: ProjectState, doc: StateDoc,
@@ -98,7 +98,10 @@ def cluster_down(name: str, ps: ProjectState, doc: StateDoc, progress: Progress,
     from ..cluster.apply import tear_down
 
     entry = doc.resources[address("cluster", name)]
-    checkout(entry, ps, ps.machine, wanted(name, entry, ps), from_state=from_state)
+    vouched = checkout(entry, ps, ps.machine, wanted(name, entry, ps), from_state=from_state).vouched
+    if vouched is not None and (vouched.refused or vouched.note):
+        progress(f"  cluster {name}: {vouched.note}" if vouched.note else
+                 f"  cluster {name}: its logs are not archived from its head: {vouched.refused}")
     try:
         tear_down(name, ps.machine, progress, timeout=timeout)
     finally:

@@ -40,6 +40,7 @@ from ..state.refs import fingerprint
 from ..util.files import atomic_write
 from .desired import Desired, denormalise, normalise
 from .store import ProjectState
+from .vouch import Vouched, head_of
 
 # Where the recorded cluster lives: taken from the state when acting on it (a replace tears the
 # old one down where it is); everything else of the config comes from the repository's file.
@@ -55,6 +56,16 @@ _TAG = re.compile(r"[A-Za-z0-9_.:/-]{1,128}")
 class Checkout:
     record: ClusterRecord
     recorded: dict[str, Any] | None = field(default=None, repr=False)  # the state's config: data
+    vouched: Vouched | None = None   # whose word the head's address was taken on (gitops.vouch)
+
+    def reachable(self) -> ClusterRecord:
+        """The record, when its head may be reached; StateError saying why not otherwise."""
+        if self.vouched is not None and self.vouched.refused:
+            raise StateError(f"cluster {self.record.name!r}: {self.vouched.refused}",
+                             hint="orchestrate sends a cluster's token, jobs and secrets only "
+                                  "to a head the repository's file, the cloud or a host key "
+                                  "pinned here vouches for (docs/security.md)")
+        return self.record
 
 
 LAUNCHER_FILES = "cluster-*.state"   # Ray's LocalNodeProvider state (under RAY_TMPDIR)
@@ -140,16 +151,24 @@ def executable(recorded: dict[str, Any], wanted: dict[str, Any] | None,
     return config
 
 
+def _state_head(name: str, entry: Entry) -> str | None:
+    head = _mapping(entry.get("record")).get("head_ip")
+    return plain_host(head, f"cluster/{name} in the state: record.head_ip") \
+        if head is not None else None
+
+
 def _record(name: str, entry: Entry, recorded: dict[str, Any], wanted: Desired | None,
-            root: Path) -> ClusterRecord:
+            root: Path, vouched: Vouched | None) -> ClusterRecord:
     """This machine's record of a checked out cluster: its state, times and message from the
-    state (as data); the dashboard's binding from the file; the head address checked."""
+    state (as data); the dashboard's binding from the file; the head address from the file
+    (on-prem), else the state's as `vouched` (a cloud's: gitops.vouch)."""
     where = f"cluster/{name} in the state"
     fields = _mapping(entry.get("record"))
     state = fields.get("state") if fields.get("state") in STATES else FAILED
     message = fields.get("message") if isinstance(fields.get("message"), str) else None
-    head = fields.get("head_ip")
-    head = plain_host(head, f"{where}: record.head_ip") if head is not None else None
+    head = _state_head(name, entry)
+    if vouched is not None and vouched.by != "kubernetes":
+        head = vouched.address
     provider = entry.get("provider")
     if provider not in providers.PROVIDERS:
         raise StateError(f"{where}: provider {provider!r} is not one orchestrate launches")
@@ -251,8 +270,9 @@ def checkout(entry: Entry, ps: ProjectState, machine: State, wanted: Desired | N
     trusted = denormalise(wanted.config, ps.project.root, token_file) \
         if wanted is not None and wanted.config is not None else None
     config = executable(recorded, trusted, f"cluster/{name} in the state")
+    vouched = _vouch(name, entry, recorded, trusted, ps.machine)
     machine.store.write_rendered(name, config)
-    record = _record(name, entry, recorded, wanted, ps.project.root)
+    record = _record(name, entry, recorded, wanted, ps.project.root, vouched)
     machine.store.write_cluster(record)
     folder = machine.store.workspace(name) / "launcher"
     relative = f"ray/cluster-{name}.state"   # local_nodes.state_path: the only file there
@@ -260,7 +280,21 @@ def checkout(entry: Entry, ps: ProjectState, machine: State, wanted: Desired | N
     kept = _launcher_file(name, text, config) if isinstance(text, str) else None
     if kept is not None:
         atomic_write(folder / relative, kept, mode=0o600)
-    return Checkout(machine.store.read_cluster(name) or record, recorded)
+    return Checkout(machine.store.read_cluster(name) or record, recorded, vouched)
+
+
+def _vouch(name: str, entry: Entry, recorded: dict[str, Any], trusted: dict[str, Any] | None,
+           machine: State) -> Vouched | None:
+    """For a cluster whose file does not name its head (a cloud's, a KubeRay one): whose word
+    the state's head address is taken on (None: the file names it, or the state names none)."""
+    provider = str(entry.get("provider"))
+    if providers.named_head(provider, trusted or recorded):
+        return None
+    state_head = _state_head(name, entry)
+    if state_head is None and provider != providers.kuberay.NAME:
+        return None
+    return head_of(name, provider, state_head, recorded, trusted, machine,
+                   f"cluster/{name} in the state")
 
 
 def checkin(name: str, ps: ProjectState, machine: State, file: str,

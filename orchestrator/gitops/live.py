@@ -17,6 +17,7 @@ class ClusterLive:
     error: str | None = None
     jobs: dict[str, str] = field(default_factory=dict)  # submission id -> status
     asked: bool = True                    # False: this machine could not even ask (no token)
+    note: str | None = None               # the state named another head than the one asked
 
     def running(self) -> list[str]:
         return sorted(job for job, status in self.jobs.items() if status in RUNNING)

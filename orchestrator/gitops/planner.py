@@ -159,6 +159,8 @@ def _cluster_changes(desired: dict[str, Desired], doc: StateDoc, live: Live,
         health = seen.health if seen else None
         asked = live.refreshed and (seen is None or seen.asked)
         if entry is not None and live.refreshed and (entry.get("record") or {}).get("state") == UP:
+            if seen is not None and seen.note:
+                drift.append(Drift(where, seen.note))
             if seen is not None and not seen.asked:
                 drift.append(Drift(where, f"not checked: {seen.error}"))
             elif health is None:

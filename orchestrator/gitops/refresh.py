@@ -6,9 +6,11 @@ dashboard asked for its health and its job table, and the folder removed.
 
 It runs nothing the state supplies: a cluster is reached only as its file in the repository
 says (auth, key, proxy command, the dashboard's binding; on-prem, the head's address), the
-state giving only a cloud head's address, checked to be a plain one. A cluster whose file is
-not planned (gone, or left out of a partial plan and not loadable) is not asked, and neither is
-an on-prem one whose recorded head is not the one its file names.
+state giving only a cloud head's address, taken when the cloud or a key this machine pinned
+vouches for it (`gitops.vouch`; the machine's pins go into the scratch folder, so ssh checks
+them). A cluster whose file is not planned (gone, or left out of a partial plan and not
+loadable) is not asked, and neither is an on-prem one whose recorded head is not the one its
+file names, nor one whose head nothing vouches for.
 """
 from __future__ import annotations
 
@@ -20,13 +22,14 @@ from typing import Any
 from .. import providers
 from ..cluster.health import probe
 from ..errors import OrchestrateError, StateError
+from ..launch import known_hosts
 from ..reach.endpoint import open_cluster
 from ..reach.target import embedded_endpoint
 from ..state import UP, State, cluster_key, home
 from ..state.document import StateDoc
 from ..state.folder import FolderStore
 from ..state.secrets import FileSecrets
-from ..util.files import private_folder
+from ..util.files import atomic_write, private_folder
 from ..util.http import HttpError, get_json
 from .checkout import checkout, plain_host
 from .desired import Desired, from_file
@@ -54,19 +57,31 @@ def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State,
     try:
         if recorded is not None:
             plain_host(recorded, f"cluster/{entry.get('name')} in the state: record.head_ip")
-        record = checkout(entry, ps, scratch, wanted).record
-    except StateError as exc:  # its token is not here, or the entry is not data we take
-        return ClusterLive(None, exc.message, asked=False)
+        _pins(ps.machine, scratch, str(entry.get("name")))
+        checked_out = checkout(entry, ps, scratch, wanted)
+        record = checked_out.reachable()
+    except StateError as exc:  # its token is not here, the entry is not data we take, or
+        return ClusterLive(None, exc.message, asked=False)   # nothing vouches for its head
+    note = checked_out.vouched.note if checked_out.vouched else None
     try:
         with open_cluster(record, scratch, timeout=15) as endpoint:
             health = probe(endpoint)
             try:
                 jobs = _jobs(endpoint.address, endpoint.token)
             except HttpError as exc:
-                return ClusterLive(health, f"its job table did not answer: {exc}")
-            return ClusterLive(health, None, jobs)
+                return ClusterLive(health, f"its job table did not answer: {exc}", note=note)
+            return ClusterLive(health, None, jobs, note=note)
     except OrchestrateError as exc:
-        return ClusterLive(None, exc.message)
+        return ClusterLive(None, exc.message, note=note)
+
+
+def _pins(machine: State, scratch: State, name: str) -> None:
+    """The host keys this machine pinned for the cluster, where the scratch checkout's ssh
+    checks them: a head reached before must offer the same key again."""
+    mine = machine.store.workspace(name) / known_hosts.FILE
+    if mine.is_file():
+        atomic_write(known_hosts.path(scratch, name), mine.read_text(errors="replace"),
+                     mode=0o600)
 
 
 def _wanted(name: str, entry: dict[str, Any], ps: ProjectState,

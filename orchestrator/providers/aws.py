@@ -458,3 +458,7 @@ def _statements(document: Any) -> list[dict[str, Any]]:
 
 def _listed(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value] if value else []
+
+
+def location(config: Config) -> str:
+    return f"AWS {(config.get('provider') or {}).get('region', '?')}"

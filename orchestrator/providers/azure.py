@@ -300,3 +300,9 @@ def _check_quotas(checks: Checks, compute: Any, location: str, skus: dict[str, A
         compare_quota(checks, "vCPU quota", label, need, usage and usage.limit,
                       usage and usage.current_value, location, f"request more {label}",
                       "see Subscriptions > Usage + quotas")
+
+
+def location(config: Config) -> str:
+    provider = config.get("provider") or {}
+    return (f"Azure resource group {provider.get('resource_group', '?')} "
+            f"({provider.get('location', '?')})")

@@ -201,6 +201,9 @@ class RayUpSite(Protocol):
     def launcher_env(self) -> dict[str, str]:
         """Environment for `ray up` / `ray down` of this provider."""
 
+    def location(self, config: Config) -> str:
+        """Where the config's cluster lives, for messages: `AWS us-west-2`."""
+
 
 class Checks:
     """Collects the results for one cluster spec, attaching each field's dotted path and line."""

@@ -509,3 +509,8 @@ def _check_quotas(checks: Checks, project: Any, region: Any, needs: Needs) -> No
             compare_quota(checks, "quota", metric, need, quota and quota.limit, quota and quota.usage,
                           f"project {project.name}", f"request more {metric} quota",
                           "see IAM & Admin > Quotas")
+
+
+def location(config: Config) -> str:
+    provider = config.get("provider") or {}
+    return f"GCP project {provider.get('project_id', '?')} ({provider.get('region', '?')})"

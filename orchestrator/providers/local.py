@@ -368,3 +368,8 @@ def check(spec: ClusterView) -> list[CheckResult]:
                         f"check that sshd runs on {ip}, that {user} exists there and that the "
                         f"public key of {key} is in its authorized_keys", path)
     return checks.results
+
+
+def location(config: Config) -> str:
+    coordinator = (config.get("provider") or {}).get("coordinator_address")
+    return f"the coordinator at {coordinator}" if coordinator else "the hosts of the file"
