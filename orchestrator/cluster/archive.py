@@ -8,6 +8,11 @@ own folder is copied here, so it outlives the cluster:
     $ORCHESTRATE_HOME/logs/clusters/<name>/archives.json           every archive written, newest
                                                                    last: what `logs` reads
 
+An archive is data from the cluster's side: only its plain files and folders are kept or read.
+A copy from the head loses its symbolic links and special files (`rsync -a` keeps links as
+links, and Ray's `rsync-down` takes no other option); no link is followed when an archive is
+read, and this machine's archive folders are written into only when they are its user's own.
+
     keep_logs(record, config, state, progress, reason="down") -> str   # where they went
     find_job(name, job_id, config) -> Archived | None                 # for `logs` and `runs`
 """
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shlex
 import tempfile
@@ -30,9 +36,9 @@ from ..head import archive as head_archive
 from ..reach.archive import Archived
 from ..reach.endpoint import open_cluster
 from ..state import ClusterRecord, State, home
-from ..state.folder import is_valid_name
+from ..state.folder import is_valid_name, private_home
 from ..util import http
-from ..util.files import atomic_write, private_folder, read_json
+from ..util.files import Refused, atomic_write, open_below, private_below, read_below, read_json
 from ..util.progress import Progress
 
 NO_ARCHIVER = 97   # the head's exit code when ~/.orchestrate/head/archive.py is not there
@@ -92,12 +98,15 @@ def keep_logs(record: ClusterRecord, config: dict[str, Any], state: State, progr
     elif code != 0:
         raise ClusterError(f"the archiver on the head of {record.name} exited {code}")
     elif head_archive.location_of(config) is None:   # the head's folder: copied here
-        copy = local_folder(record.name) / head_archive.archive_name(reason, at)
-        private_folder(copy)
+        copy = _writable(local_folder(record.name) / head_archive.archive_name(reason, at))
         remote = f"{head_archive.HEAD_FOLDER}/{config.get('cluster_name', record.name)}/" \
                  f"{copy.name}/"
         backend.rsync(record, down=True, source=remote, target=f"{copy}/")
-        _private(copy)
+        removed = _private(copy)
+        if removed:
+            progress(f"  removed {removed} symbolic link(s) or special file(s) from the copy of "
+                     f"the head's archive, never following them: an archive holds only files "
+                     f"and folders, and a link could point at any file of this machine")
         target = str(copy)
     remember(record.name, target)
     return target
@@ -125,7 +134,7 @@ def _from_here(record: ClusterRecord, config: dict[str, Any], state: State, reas
             logs[job_id] = str(found.get("logs") or "") if isinstance(found, dict) else ""
     target = head_archive.destination(config, reason, at) \
         if head_archive.location_of(config) else \
-        str(local_folder(record.name) / head_archive.archive_name(reason, at))
+        str(_writable(local_folder(record.name) / head_archive.archive_name(reason, at)))
     with tempfile.TemporaryDirectory(prefix="orchestrate-archive-") as staging:
         head_archive.build(Path(staging), jobs, logs, reason=reason, at=at,
                            details={"cluster": record.name}, session_logs=None)
@@ -133,10 +142,50 @@ def _from_here(record: ClusterRecord, config: dict[str, Any], state: State, reas
     return target
 
 
-def _private(folder: Path) -> None:
-    folder.chmod(0o700)
-    for path in folder.rglob("*"):
-        path.chmod(0o700 if path.is_dir() else 0o600)
+def _private(folder: Path) -> int:
+    """`folder`, as rsync brought it from the head, made private (folders 0700, files 0600)
+    and anything else in it (a symbolic link, a FIFO) removed, never followed: what rsync
+    brings is the head's choice. How many were removed."""
+    if not os.path.isdir(folder) or os.path.islink(folder):
+        raise ClusterError(f"the copy of the head's archive, {folder}, is not a folder",
+                           hint=_COPIES_HINT)
+    os.chmod(folder, 0o700)   # first: the head's mode for it may not let us list it
+    removed = 0
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                removed += _private(Path(entry.path))
+            elif entry.is_file(follow_symlinks=False):   # lstat: a regular file, not a link
+                os.chmod(entry.path, 0o600)
+            else:
+                os.unlink(entry.path)
+                removed += 1
+    return removed
+
+
+_COPIES_HINT = ("this machine's copies of archives ($ORCHESTRATE_HOME/logs/clusters) are "
+                "folders of your own that only you may write; remove the one named, after "
+                "looking at who made it, and run the command again")
+_LINKS_HINT = ("an archive holds only files and folders, and orchestrate follows no link in "
+               "one (it could point at any file of yours); remove what is named, after looking "
+               "at who put it there, and run the command again")
+
+
+def _writable(folder: Path) -> Path:
+    """`folder` under this machine's home, private (`private_below`); ClusterError, saying
+    which folder and why, if one on the way is a link or not this user's alone."""
+    try:
+        return private_below(private_home(), folder)
+    except Refused as exc:
+        raise ClusterError(f"nothing was written into {folder}: {exc}",
+                           hint=_COPIES_HINT) from None
+
+
+def _keep_here(path: Path, text: str) -> Path:
+    """A job's log read from an archive elsewhere, written at `path` in this machine's copy."""
+    _writable(path.parent)
+    atomic_write(path, text)
+    return path
 
 
 def find_job(name: str, job_id: str, config: dict[str, Any] | None,
@@ -212,9 +261,8 @@ def _on_head(name: str, job_id: str, config: dict[str, Any] | None,
         return None
     if job is None:
         return None
-    local = local_folder(name) / first / "jobs" / f"{job_id}.log"
-    atomic_write(local, job_log)
-    return _archived(job, job_id, name, local)
+    local = _keep_here(local_folder(name) / first / "jobs" / f"{job_id}.log", job_log)
+    return _archived(job, job_id, name, local, local_folder(name))
 
 
 # One command's look at the archives (`one_look`): each location listed, each job table read,
@@ -271,7 +319,8 @@ def _list(base: str) -> list[str]:
         names = [n for n in _s3_read(base, pages) or [] if _SAFE_ID.fullmatch(n)]
         return [f"{base}/{n}" for n in sorted(names, reverse=True)]
     folder = _folder(base)
-    names = [p.name for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []
+    names = [p.name for p in folder.iterdir() if p.is_dir() and not p.is_symlink()] \
+        if folder.is_dir() else []
     return [str(folder / n) for n in sorted(names, reverse=True)]
 
 
@@ -289,27 +338,32 @@ def _job_in(uri: str, name: str, job_id: str) -> Archived | None:
             text = _s3_text(uri, parsed.netloc, f"{key}/jobs/{job_id}.log")
             if text is None:
                 return None
-            atomic_write(local / "jobs" / f"{job_id}.log", text)
-            log = local / "jobs" / f"{job_id}.log"
+            log = _keep_here(local / "jobs" / f"{job_id}.log", text)
+            below = local_folder(name)
         else:
-            folder = _folder(uri)
-            job = _entry(json.loads((folder / "jobs.json").read_text()), job_id)
+            below = _folder(uri)
+            job = _entry(json.loads(read_below(below, below / "jobs.json")), job_id)
             if job is None:
                 return None
-            log = folder / "jobs" / f"{job_id}.log"
+            log = below / "jobs" / f"{job_id}.log"
+            with contextlib.suppress(FileNotFoundError):
+                os.close(open_below(below, log))   # a link in its place: refused, here
+    except Refused as exc:
+        raise ClusterError(f"the archive {uri} was not read: {exc}", hint=_LINKS_HINT) from None
     except (OSError, ValueError, LookupError):
         return None
-    return _archived(job, job_id, name, log)
+    return _archived(job, job_id, name, log, below)
 
 
-def _archived(job: dict[str, Any], job_id: str, name: str, log: Path) -> Archived:
+def _archived(job: dict[str, Any], job_id: str, name: str, log: Path,
+              below: Path | None = None) -> Archived:
     status = str(job.get("status") or "UNKNOWN")
     ended = status in ("SUCCEEDED", "FAILED", "STOPPED")
     return Archived(job_id, status if ended else "STOPPED",
                     str(job.get("message") or "") if ended else
                     f"stopped with cluster {name} while {status}",
                     _number(job.get("start_time")), _number(job.get("end_time")),
-                    not ended, kept_at=log, where=f"cluster {name}")
+                    not ended, kept_at=log, where=f"cluster {name}", below=below)
 
 
 def _entry(table: Any, job_id: str) -> dict[str, Any] | None:

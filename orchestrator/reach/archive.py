@@ -33,7 +33,7 @@ from typing import Any
 from .. import contract
 from ..state import home
 from ..util import http
-from ..util.files import atomic_write, private_folder, read_json
+from ..util.files import atomic_write, private_folder, read_below, read_json
 
 ENDED = ("SUCCEEDED", "FAILED", "STOPPED")   # Ray's terminal job states
 REQUEST_TIMEOUT = 5.0    # a stop must not wait long on a dashboard that does not answer
@@ -66,14 +66,18 @@ class Archived:
     stopped_with_ray: bool
     kept_at: Path | None = None   # a cluster's archive (cluster.archive); None: this folder's
     where: str = "the embedded Ray"   # for messages: what the job ran on
+    below: Path | None = None   # no link followed below it (an archive); None: the log's folder
 
     @property
     def log_path(self) -> Path:
         return self.kept_at or log_path(self.job_id)
 
     def log(self) -> str:
+        """The log ("" if it cannot be read): a regular file, never a link's target (an
+        archive copied from a head may hold links to this machine's files)."""
         try:
-            return self.log_path.read_text(errors="replace")
+            return read_below(self.below or self.log_path.parent,
+                              self.log_path).decode(errors="replace")
         except OSError:
             return ""
 
