@@ -18,6 +18,7 @@ resources a KubeRay launcher uses, with the bodies and errors the real server se
     kube.route("c1", 8265, ("127.0.0.1", dashboard_port))   # port-forwards to c1's head reach it
     kube.fail_job("j1")                                      # the RayJob j1 will fail
     kube.write_before_replace("rayclusters", "c1")   # the operator writes first: 409 Conflict
+    kube.after_create("rayjobs", lambda job: ("secrets", {...}))   # another client's race
     kube.objects("rayjobs"), kube.submitted("j1"), kube.requests   # what a test asserts on
 
 What it implements:
@@ -25,16 +26,21 @@ What it implements:
 - core v1 namespaces (get, list; a fixed set), secrets (`stringData` folded into base64
   `data`), services, pods: create, get, list (label and `metadata.name` field selectors),
   replace, patch, delete, and watch (pods, services, secrets);
+- networking.k8s.io/v1 networkpolicies: the same verbs, and discovery of
+  `/apis/networking.k8s.io/v1`; stored, not enforced (no pod traffic here to filter). Like
+  every built-in resource (and unlike a custom one) they take an unconditional replace;
 - ray.io/v1 rayclusters, rayjobs, rayservices: create, get, list, replace (resourceVersion
   required, as for every custom resource, and 409 when stale, as when the operator wrote in
   between: `write_before_replace`), patch (merge patch, RFC 7386;
   JSON patch, RFC 6902; a strategic merge patch is refused with 415, as for any custom
-  resource, while for core objects it is taken as a plain merge patch), delete (the object
-  gets a deletionTimestamp and goes after `delete_delay`, as if a finalizer ran; a Secret or
-  Service without finalizers goes at once, as on a real API server), the `status`
+  resource, while for built-in objects it is taken as a plain merge patch), delete (the
+  object gets a deletionTimestamp and goes after `delete_delay`, as if a finalizer ran; a
+  Secret, Service or NetworkPolicy without finalizers goes at once, as on a real API server),
+  the `status`
   subresource, and watch (`watch=true`: newline-delimited JSON events, chunked, until
   `timeoutSeconds`, from `resourceVersion` when given);
-- garbage collection by ownerReferences (a deleted RayCluster takes its pods and service);
+- garbage collection by ownerReferences (a deleted RayCluster takes its pods and service, a
+  deleted RayJob what it owns);
 - KubeRay's CRDs under apiextensions.k8s.io (present, or absent with `kuberay=False`),
   `/version` and discovery of `/apis/ray.io/v1`;
 - a kubelet of sorts: a pod runs (phase Running, Ready, a podIP) one step after it is created,
@@ -89,6 +95,7 @@ from aiohttp import WSMsgType, web
 
 HOST = "127.0.0.1"
 RAY_GROUP = "ray.io"
+NETWORKING_GROUP = "networking.k8s.io"
 RAY_CRDS = ("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
 # The ports KubeRay gives a head container that declares none, by the names it uses.
 DEFAULT_HEAD_PORTS = {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "serve": 8000}
@@ -115,16 +122,22 @@ class Resource:
     def qualified(self) -> str:   # how error messages name it: rayclusters.ray.io, secrets
         return f"{self.plural}.{self.group}" if self.group else self.plural
 
+    @property
+    def custom(self) -> bool:   # a CRD's, served by the API server's generic code
+        return self.group == RAY_GROUP
+
 
 RESOURCES = {r.plural: r for r in (
     Resource("", "secrets", "Secret", status_subresource=False, generation=False),
     Resource("", "services", "Service", generation=False),
     Resource("", "pods", "Pod"),
+    Resource(NETWORKING_GROUP, "networkpolicies", "NetworkPolicy", status_subresource=False),
     Resource(RAY_GROUP, "rayclusters", "RayCluster"),
     Resource(RAY_GROUP, "rayjobs", "RayJob"),
     Resource(RAY_GROUP, "rayservices", "RayService"),
 )}
-WATCHABLE = {"pods", "rayclusters", "rayjobs", "rayservices", "services", "secrets"}
+WATCHABLE = {"pods", "rayclusters", "rayjobs", "rayservices", "services", "secrets",
+             "networkpolicies"}
 
 
 class Request(NamedTuple):
@@ -356,6 +369,7 @@ class FakeKube:
         self._routes: dict[tuple[str, int], tuple[str, int]] = {}
         self._outcomes: dict[tuple[str, str], str] = {}
         self._before_replace: dict[tuple[str, str, str], int] = {}
+        self._after_create: dict[str, Callable[[Json], tuple[str, Json]]] = {}
         self._submitted: dict[tuple[str, str], Json] = {}
         self._finished: set[str] = set()           # uids of RayJobs whose deletion plan started
         self._running: dict[tuple[str, str, str], asyncio.Task] = {}
@@ -504,6 +518,12 @@ class FakeKube:
         those replaces is at a stale resourceVersion (409 Conflict)."""
         self._before_replace[(plural, namespace, name)] = times
 
+    def after_create(self, plural: str, make: Callable[[Json], tuple[str, Json]]) -> None:
+        """Once an object of `plural` is created through the API, and before the answer
+        leaves, the fake creates make(that object) = (plural, body) in its namespace: another
+        client watching the API server and racing the one that created it."""
+        self._after_create[plural] = make
+
     # ---- the store --------------------------------------------------------------------
 
     def _changed(self) -> None:
@@ -555,7 +575,7 @@ class FakeKube:
         meta.update(namespace=namespace, uid=str(uuid.uuid4()), creationTimestamp=now())
         if res.generation:
             meta["generation"] = 1
-        if by_api and res.status_subresource and res.group:
+        if by_api and res.status_subresource and res.custom:
             obj.pop("status", None)
         if by_api and plural == "rayclusters" and not self.auth_options:
             self._prune_auth(obj)
@@ -601,11 +621,13 @@ class FakeKube:
     def _delete(self, plural: str, namespace: str, name: str) -> Json:
         """Mark the object deleted; it goes after delete_delay (as if its finalizers ran).
 
-        A Secret or a Service with no finalizers goes at once, as on a real API server: only
-        Ray's custom resources (the operator's finalizers) and pods (their grace period) linger.
+        A Secret, Service or NetworkPolicy with no finalizers goes at once, as on a real API
+        server: only Ray's custom resources (the operator's finalizers) and pods (their grace
+        period) linger.
         """
         obj = self._must_get(plural, namespace, name)
-        if plural in ("secrets", "services") and not obj["metadata"].get("finalizers"):
+        if plural in ("secrets", "services", "networkpolicies") and \
+                not obj["metadata"].get("finalizers"):
             self._remove(plural, namespace, name, obj["metadata"]["uid"])
             return obj
         if "deletionTimestamp" not in obj["metadata"]:
@@ -665,7 +687,7 @@ class FakeKube:
         r = app.router
         r.add_get("/version", self._version)
         r.add_get("/version/", self._version)   # what VersionApi asks
-        r.add_get("/apis/ray.io/v1", self._discovery)
+        r.add_get("/apis/{group}/v1", self._discovery)
         r.add_get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", self._crds)
         r.add_get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}", self._crd)
         r.add_get("/api/v1/namespaces", self._namespaces)
@@ -719,20 +741,22 @@ class FakeKube:
                                   "goVersion": "", "compiler": "gc", "platform": "linux/amd64"})
 
     async def _discovery(self, request: web.Request) -> web.Response:
-        if not self.kuberay:
+        group = request.match_info["group"]
+        served = [res for res in RESOURCES.values() if res.group == group]
+        if not served or (group == RAY_GROUP and not self.kuberay):
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         resources = []
-        for res in RESOURCES.values():
-            if res.group == RAY_GROUP:
-                verbs = ["delete", "deletecollection", "get", "list", "patch", "create", "update",
-                         "watch"]
-                resources.append({"name": res.plural, "singularName": res.kind.lower(),
-                                  "namespaced": True, "kind": res.kind, "verbs": verbs})
+        for res in served:
+            verbs = ["delete", "deletecollection", "get", "list", "patch", "create", "update",
+                     "watch"]
+            resources.append({"name": res.plural, "singularName": res.kind.lower(),
+                              "namespaced": True, "kind": res.kind, "verbs": verbs})
+            if res.status_subresource:
                 resources.append({"name": f"{res.plural}/status", "singularName": "",
                                   "namespaced": True, "kind": res.kind,
                                   "verbs": ["get", "patch", "update"]})
         return web.json_response({"kind": "APIResourceList", "apiVersion": "v1",
-                                  "groupVersion": "ray.io/v1", "resources": resources})
+                                  "groupVersion": f"{group}/v1", "resources": resources})
 
     def _crd_body(self, name: str) -> Json:
         plural = name.split(".", maxsplit=1)[0]
@@ -805,8 +829,9 @@ class FakeKube:
             raise ApiError(400, "BadRequest", f"the body of the request was not JSON: {e}") from e
 
     def _listed(self, res: Resource, obj: Json) -> Json:
-        # core lists leave kind and apiVersion out of their items; custom resource lists keep them
-        if res.group:
+        # built-in lists leave kind and apiVersion out of their items; custom resource lists
+        # keep them
+        if res.custom:
             return obj
         return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
 
@@ -818,7 +843,11 @@ class FakeKube:
             if not isinstance(obj, dict):
                 raise ApiError(400, "BadRequest", "the body must be an object")
             created = self._create(res.plural, ns, obj, by_api=True)
-            return web.json_response(created, status=201)
+            answer = copy.deepcopy(created)
+            if res.plural in self._after_create:
+                plural, body = self._after_create[res.plural](copy.deepcopy(created))
+                self._create(plural, ns, body)
+            return web.json_response(answer, status=201)
         if request.method != "GET":
             raise ApiError(405, "MethodNotAllowed", f"{request.method} is not supported here")
         rules = parse_selector(request.query.get("labelSelector"))
@@ -916,7 +945,7 @@ class FakeKube:
             if not isinstance(patch, dict):
                 raise ApiError(400, "BadRequest", f"a merge patch must be a JSON object ({kind} "
                                f"with a {type(patch).__name__} body)")
-            if kind.startswith("application/strategic") and res.group:
+            if kind.startswith("application/strategic") and res.custom:
                 raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
                                "unknown format - accepted media types include: "
                                "application/json-patch+json, application/merge-patch+json, "
@@ -938,8 +967,8 @@ class FakeKube:
                            f"({meta.get('name')}) does not match the name on the URL ({name})")
         meta["name"] = name
         given = meta.get("resourceVersion")
-        if not given and not patch and res.group:
-            # custom resources take no unconditional update
+        if not given and not patch and res.custom:
+            # custom resources take no unconditional update (built-in ones do)
             raise ApiError(422, "Invalid", f'{res.kind}.{res.group} "{name}" is invalid: '
                            "metadata.resourceVersion: Invalid value: 0x0: must be specified for "
                            "an update", {"name": name, "group": res.group, "kind": res.kind})

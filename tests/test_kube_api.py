@@ -578,6 +578,62 @@ def test_discovery_and_crd_list(kube, api):
     assert names == ["rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io"]
 
 
+def _policy(name: str = "p1", **labels: str) -> dict:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"podSelector": {"matchLabels": {"ray.io/cluster": "c1"}},
+                     "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": {"matchLabels": {
+                         "ray.io/cluster": "c1"}}}]}]}}
+
+
+def test_networkpolicy_create_get_list_replace_delete_and_discovery(kube, api):
+    """NetworkPolicies through the client's NetworkingV1Api, as a built-in resource: an
+    unconditional replace is taken (a custom resource's is refused), a stale one is 409, a
+    delete is at once, and an owner's deletion takes them."""
+    from kubernetes import client
+
+    net = client.NetworkingV1Api(api)
+    created = net.create_namespaced_network_policy(NS, _policy(team="ml"))
+    assert created.metadata.generation == 1 and created.metadata.uid
+    error, body = _api_error(net.create_namespaced_network_policy, NS, _policy())
+    assert (error.status, body["reason"]) == (409, "AlreadyExists")
+    read = net.read_namespaced_network_policy("p1", NS)
+    assert read.spec.pod_selector.match_labels == {"ray.io/cluster": "c1"}
+    assert read.spec.policy_types == ["Ingress"]
+    assert [p.metadata.name for p in
+            net.list_namespaced_network_policy(NS, label_selector="team=ml").items] == ["p1"]
+    changed = _policy(team="ml")
+    changed["spec"]["ingress"] = []
+    replaced = net.replace_namespaced_network_policy("p1", NS, changed)   # no resourceVersion
+    assert not replaced.spec.ingress and replaced.metadata.generation == 2
+    stale = {**changed, "metadata": {**changed["metadata"],
+                                     "resourceVersion": created.metadata.resource_version}}
+    error, _ = _api_error(net.replace_namespaced_network_policy, "p1", NS, stale)
+    assert error.status == 409
+    net.delete_namespaced_network_policy("p1", NS)
+    assert kube.objects("networkpolicies") == {}
+    error, body = _api_error(net.read_namespaced_network_policy, "p1", NS)
+    assert (error.status, body["message"]) == (404, 'networkpolicies.networking.k8s.io "p1" not found')
+
+    # owned by a RayJob: it goes with it
+    job = _custom(api).create_namespaced_custom_object(*RAY, "rayjobs", _job())
+    owned = _policy("p2")
+    owned["metadata"]["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob",
+                                             "name": "j1", "uid": job["metadata"]["uid"]}]
+    net.create_namespaced_network_policy(NS, owned)
+    _custom(api).delete_namespaced_custom_object(*RAY, "rayjobs", "j1")
+    _eventually(lambda: kube.objects("networkpolicies") == {})
+
+    found = api.call_api("/apis/networking.k8s.io/v1", "GET", auth_settings=["BearerToken"],
+                         response_types_map={200: "object"}, _return_http_data_only=True)
+    assert (found["groupVersion"], [r["name"] for r in found["resources"]]) == (
+        "networking.k8s.io/v1", ["networkpolicies"])
+    error, _ = _api_error(api.call_api, "/apis/nowhere.example/v1", "GET",
+                          auth_settings=["BearerToken"], response_types_map={200: "object"})
+    assert error.status == 404
+
+
 def test_http_through_a_port_forward(kube, api):
     """What a test of the launcher does to reach a local Ray dashboard: HTTP over the socket
     of a port-forward (one forward per connection, as with the real client)."""

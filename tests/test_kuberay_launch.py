@@ -25,7 +25,7 @@ from orchestrator.launch.kuberay import KubeRay
 from orchestrator.render.kuberay import ray_cluster, secret_name
 from orchestrator.state import ClusterRecord, State, cluster_key
 from orchestrator.util.waiting import poll
-from tests.kube_api import FakeKube, close_client
+from tests.kube_api import FakeKube, close_client, parse_selector, selected
 
 NAMESPACE = "ml"
 FILE = """cluster_name: kr
@@ -170,6 +170,97 @@ def test_a_secret_it_did_not_make_is_neither_overwritten_by_up_nor_deleted_by_do
     assert "deletionTimestamp" not in secret["metadata"]
     assert {r.method for r in kube.requests if r.path.startswith(
         f"/api/v1/namespaces/{NAMESPACE}/secrets/")} == {"GET"}   # read, never written
+
+
+def chosen(policy: dict, objects: dict[str, dict]) -> set[str]:
+    """The names of the objects (pods) a NetworkPolicy's podSelector selects."""
+    rules = parse_selector(",".join(f"{k}={v}" for k, v in
+                                    policy["spec"]["podSelector"]["matchLabels"].items()))
+    return {name for name, obj in objects.items() if selected(obj, rules, {})}
+
+
+def test_up_applies_a_network_policy_admitting_only_the_clusters_pods_and_down_deletes_it(
+        kube, tmp_path, capsys):
+    """The dashboard, Serve and Ray's plaintext gRPC listen on the pod's address: `up` puts
+    a NetworkPolicy before the RayCluster that selects every pod KubeRay makes for it and
+    admits connections from those pods only (a port-forward enters the pod through its
+    kubelet and needs no rule); `down` deletes it once the RayCluster is gone."""
+    from kubernetes.client import CoreV1Api
+
+    client = kube.client(tmp_path)
+    try:   # another workload in the namespace
+        CoreV1Api(client).create_namespaced_pod(NAMESPACE, {
+            "metadata": {"name": "notebook", "labels": {"app": "notebook"}},
+            "spec": {"containers": [{"name": "n", "image": "x"}]}})
+    finally:
+        close_client(client)
+    assert main(["up", str(cluster_file(tmp_path)), "--no-wait", "-y"]) == 0
+    err = capsys.readouterr().err
+    policy = kube.objects("networkpolicies", NAMESPACE)["orchestrate-kr"]
+    ours = {"ray.io/cluster": "kr"}
+    assert policy["spec"] == {"podSelector": {"matchLabels": ours}, "policyTypes": ["Ingress"],
+                              "ingress": [{"from": [{"podSelector": {"matchLabels": ours}}]}]}
+    assert policy["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "orchestrate",
+                                            "orchestrate.dev/cluster": "kr"}
+    pods = kube.objects("pods", NAMESPACE)
+    assert chosen(policy, pods) == set(pods) - {"notebook"} and len(pods) == 3  # head, worker
+    posts = [r.path for r in kube.requests if r.method == "POST"]
+    assert posts.index(f"/apis/networking.k8s.io/v1/namespaces/{NAMESPACE}/networkpolicies") < \
+        posts.index(f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters")
+    assert f"NetworkPolicy {NAMESPACE}/orchestrate-kr" in err
+    assert "enforced only where the Kubernetes cluster's network plugin enforces " \
+           "NetworkPolicy" in err
+
+    # `up` again replaces it; `down` deletes it
+    launched(tmp_path)
+    assert "orchestrate-kr" in kube.objects("networkpolicies", NAMESPACE)
+    assert main(["down", "kr", "-y"]) == 0
+    assert kube.objects("networkpolicies", NAMESPACE) == {}
+
+
+def test_a_network_policy_it_did_not_make_is_left_and_up_refused(kube, tmp_path, capsys):
+    from kubernetes.client import NetworkingV1Api
+
+    client = kube.client(tmp_path)
+    try:
+        NetworkingV1Api(client).create_namespaced_network_policy(NAMESPACE, {
+            "metadata": {"name": "orchestrate-kr"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]}})
+    finally:
+        close_client(client)
+    assert main(["up", str(cluster_file(tmp_path)), "--no-wait", "-y"]) == 1
+    err = capsys.readouterr().err
+    assert "NetworkPolicy ml/orchestrate-kr exists that orchestrate did not create" in err
+    assert "Traceback" not in err and kube.objects("rayclusters", NAMESPACE) == {}
+    assert kube.objects("networkpolicies", NAMESPACE)["orchestrate-kr"]["spec"][
+        "ingress"] == [{}]
+
+
+def test_a_token_not_ours_in_the_clusters_secret_is_replaced_and_its_pods_restarted(
+        kube, tmp_path):
+    """Labels do not prove who wrote a Secret: someone rewrites the token in the one `up`
+    wrote (labels kept), and pods that start again meanwhile run with it. The next `up`, an
+    in-place update that would keep the pods, puts this cluster's token back and restarts
+    them all, so that none keeps the other token."""
+    from kubernetes.client import CoreV1Api
+
+    launched(tmp_path)
+    client = kube.client(tmp_path)
+    try:
+        CoreV1Api(client).patch_namespaced_secret(secret_name("kr"), NAMESPACE,
+                                                  {"stringData": {"auth_token": "theirs"}})
+    finally:
+        close_client(client)
+    before = set(kube.objects("pods", NAMESPACE))
+    launched(tmp_path, FILE.replace("max_workers: 3", "max_workers: 5"), restart=False)
+    secret = kube.objects("secrets", NAMESPACE)[secret_name("kr")]
+    assert base64.b64decode(secret["data"]["auth_token"]).decode() == \
+        State.here().secrets.read(cluster_key("kr"))
+    running = {name for name, pod in kube.objects("pods", NAMESPACE).items()
+               if "deletionTimestamp" not in pod["metadata"]}
+    assert running and running.isdisjoint(before)
+    log = (State.here().store.workspace("kr") / "up.log").read_text()
+    assert "it held a token other than this cluster's" in log and "theirs" not in log
 
 
 def test_an_unknown_context_is_an_error_naming_it(kube, tmp_path, capsys):
@@ -522,3 +613,109 @@ def test_a_forward_closed_as_its_connections_end_ends_its_streams_cleanly(kube, 
         assert proxies == [] and died == []
     finally:
         threading.excepthook = hook
+
+
+def rayjob_name(path: Path, capsys) -> str:
+    """The name of the experiment's RayJob, as `render` shows it."""
+    assert main(["render", str(path), "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)["metadata"]["name"]
+
+
+def planted(name: str, *, owner: dict | None = None) -> dict:
+    """A token Secret named as orchestrate names a RayJob's, with labels as orchestrate's
+    (labels prove nothing), holding a token its maker knows."""
+    metadata: dict = {"name": f"orchestrate-{name}",
+                      "labels": {"app.kubernetes.io/managed-by": "orchestrate",
+                                 "orchestrate.dev/cluster": "kr"}}
+    if owner is not None:
+        metadata["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": "RayJob",
+                                        "name": owner["metadata"]["name"],
+                                        "uid": owner["metadata"]["uid"]}]
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": metadata,
+            "stringData": {"auth_token": "theirs"}}
+
+
+def test_a_rayjob_secret_planted_before_the_run_is_refused_and_nothing_is_made(
+        kube, tmp_path, capsys, quick_jobs):
+    """Someone who may create Secrets in the namespace makes `orchestrate-<rayjob>` first,
+    with a token they know: the RayJob's Ray would run with it. `run` refuses before making
+    the RayJob, names the Secret and how to proceed, and leaves it as it is."""
+    from kubernetes.client import CoreV1Api
+
+    path = own_cluster_experiment(tmp_path)
+    name = rayjob_name(path, capsys)
+    client = kube.client(tmp_path)
+    try:
+        CoreV1Api(client).create_namespaced_secret(NAMESPACE, planted(name))
+    finally:
+        close_client(client)
+    assert main(["run", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"a Secret ml/orchestrate-{name} exists, before its RayJob" in err, err
+    assert f"kubectl -n ml get secret orchestrate-{name} -o yaml" in err
+    assert "Traceback" not in err and "theirs" not in err
+    assert kube.objects("rayjobs", NAMESPACE) == {}
+    assert kube.objects("rayclusters", NAMESPACE) == {}
+    secret = kube.objects("secrets", NAMESPACE)[f"orchestrate-{name}"]
+    assert base64.b64decode(secret["data"]["auth_token"]) == b"theirs"
+
+
+def test_a_rayjob_secret_planted_in_the_race_is_refused_and_the_rayjob_deleted(
+        kube, tmp_path, capsys, quick_jobs):
+    """Someone watching RayJobs makes the new RayJob's Secret between its creation and
+    orchestrate's Secret, even owned by it: the token is not the cluster file's, so `run`
+    refuses and deletes the RayJob it made (nothing runs with that token)."""
+    kube.after_create("rayjobs", lambda job: ("secrets", planted(job["metadata"]["name"],
+                                                                owner=job)))
+    path = own_cluster_experiment(tmp_path)
+    assert main(["run", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "holding a token other than the cluster file's" in err, err
+    assert "the RayJob made now was deleted" in err and "Traceback" not in err
+    jobs = kube.objects("rayjobs", NAMESPACE)
+    assert all("deletionTimestamp" in job["metadata"] for job in jobs.values())
+    assert "submitted RayJob" not in err
+
+
+def test_a_rayjobs_network_policy_selects_its_clusters_pods_and_goes_with_it(
+        kube, tmp_path, capsys, quick_jobs):
+    """A RayJob's cluster gets a NetworkPolicy too, owned by the RayJob: it selects the pods
+    KubeRay makes for it (by the RayJob's label in their templates: KubeRay names the
+    cluster only once it makes it), admits them, and the head's dashboard port to the
+    RayJob's submitter and KubeRay's operator (which asks it for the job's status)."""
+    kube.job_outcome = lambda name: "RUNNING"
+    assert main(["run", str(own_cluster_experiment(tmp_path)), "--detach"]) == 0
+    err = capsys.readouterr().err
+    (job,) = kube.objects("rayjobs", NAMESPACE).values()
+    name = job["metadata"]["name"]
+    policy = kube.objects("networkpolicies", NAMESPACE)[f"orchestrate-{name}"]
+    assert [(o["kind"], o["name"], o["uid"]) for o in policy["metadata"]["ownerReferences"]] \
+        == [("RayJob", name, job["metadata"]["uid"])]
+    ours = {"orchestrate.dev/rayjob": name}
+    assert policy["spec"]["podSelector"] == {"matchLabels": ours}
+    assert policy["spec"]["ingress"] == [
+        {"from": [{"podSelector": {"matchLabels": ours}}]},
+        {"from": [{"podSelector": {"matchLabels": {"ray.io/originated-from-cr-name": name,
+                                                   "ray.io/originated-from-crd": "RayJob"}}},
+                  {"namespaceSelector": {},
+                   "podSelector": {"matchLabels": {
+                       "app.kubernetes.io/component": "kuberay-operator"}}}],
+         "ports": [{"protocol": "TCP", "port": 8265}]}]
+    assert f"NetworkPolicy ml/orchestrate-{name}" in err
+
+    def pods() -> dict[str, dict] | None:
+        found = kube.objects("pods", NAMESPACE)
+        return found if len(found) == 2 else None   # the head and the minimum's worker
+
+    cluster_pods = poll(pods, timeout=10, interval=0.02)
+    assert cluster_pods is not None and chosen(policy, cluster_pods) == set(cluster_pods)
+    from kubernetes.client import CustomObjectsApi
+
+    client = kube.client(tmp_path)
+    try:
+        CustomObjectsApi(client).delete_namespaced_custom_object(
+            "ray.io", "v1", NAMESPACE, "rayjobs", name)
+    finally:
+        close_client(client)
+    assert poll(lambda: kube.objects("networkpolicies", NAMESPACE) == {} or None,
+                timeout=10, interval=0.02)

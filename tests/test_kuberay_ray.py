@@ -128,6 +128,7 @@ def test_a_kuberay_cluster_end_to_end_on_a_real_ray(local_ray, shared_ray, tmp_p
         assert "archiving through the Job API" in err and "logs archived to" in err, err
         assert kube.objects("rayclusters", NAMESPACE) == {}
         assert secret_name(NAME) not in kube.objects("secrets", NAMESPACE)
+        assert kube.objects("networkpolicies", NAMESPACE) == {}   # `up` put one, `down` took it
         assert State.here().store.read_cluster(NAME) is None
         # the job's log outlives the cluster, in the archive `down` wrote
         assert main(["logs", job["job_id"], "--cluster", NAME]) == 0

@@ -1,10 +1,12 @@
 """The `kuberay` launch backend: a RayCluster applied through the Kubernetes API, which KubeRay's
 operator turns into pods; the head reached through a port-forward.
 
-    up      the token's Secret (created or replaced), then the RayCluster (created, or replaced
-            at the version read); a restart deletes the pods, which KubeRay makes again from
-            the new template; then wait for the operator's `ready` and the workers' minimum
-    down    delete the RayCluster and the Secret; wait until the RayCluster is gone
+    up      the token's Secret (created or replaced), its NetworkPolicy (the same), then the
+            RayCluster (created, or replaced at the version read); a restart deletes the pods,
+            which KubeRay makes again from the new template; then wait for the operator's
+            `ready` and the workers' minimum
+    down    delete the RayCluster and the Secret; wait until the RayCluster is gone, then
+            delete the NetworkPolicy
     forward a loopback port (util.relay) whose every connection is a port-forward stream to the
             head pod, as `kubectl port-forward` makes them
 
@@ -32,6 +34,7 @@ from ..errors import ClusterError, MissingDependency, NotContacted
 from ..providers import kuberay as provider_module
 from ..render import kuberay
 from ..state import ClusterRecord, State, cluster_key
+from ..state.refs import fingerprint
 from ..util.progress import Progress
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
@@ -42,6 +45,7 @@ JOB_POLL_S = float(os.environ.get("ORCHESTRATE_RAYJOB_POLL_S", "2"))
 JOB_ENDED = ("Complete", "Failed", "ValidationFailed")
 SHUT_S = 5.0   # for a port-forward's proxy thread to end, once its socket is closed
 Config = dict[str, Any]
+ENFORCED = "enforced only where the Kubernetes cluster's network plugin enforces NetworkPolicy"
 
 
 class KubeRay:
@@ -101,35 +105,68 @@ class KubeRay:
         namespace = manifest["metadata"]["namespace"]
         with self._api(config) as (custom, core), _api_errors(f"cluster {name}"):
             live = self._owned(custom, name, namespace)
-            self._put_secret(core, name, namespace)
+            foreign = self._put_secret(core, name, namespace)
+            policy = kuberay.network_policy(manifest)
+            self._log_line(name, self._put_policy(core, policy, name))
+            self.progress(f"  NetworkPolicy {namespace}/{policy['metadata']['name']}: the "
+                          f"cluster's pods take connections from one another only ({ENFORCED})")
             existed = self._apply(custom, manifest, name, namespace, live)
             deleted: set[str] = set()
-            if restart and existed:
+            if existed and (restart or foreign):
                 deleted = self._delete_pods(core, name, namespace)
                 self._log_line(name, f"restart: deleted {len(deleted)} pods of RayCluster "
-                                     f"{name}; KubeRay makes them again from the new template")
+                                     f"{name}; KubeRay makes them again from the new template"
+                               + ("" if restart else " (so that none keeps the token that "
+                                  "was in the Secret)"))
             self._wait_ready(custom, name, namespace, manifest, timeout, gone=deleted)
 
-    def _put_secret(self, core: Any, name: str, namespace: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
+    def _put_secret(self, core: Any, name: str, namespace: str) -> bool:
+        """Create the token's Secret, or replace the one `up` wrote before: whether that one
+        held another token. Labels do not prove who wrote a Secret: one labelled as ours whose
+        token is not this cluster's is replaced all the same (the token there is never used),
+        and `launch` restarts pods that may have started with it."""
+        secret = kuberay.secret_name(name)
+        token = self.state.secrets.read(cluster_key(name))
         body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                "metadata": {"name": kuberay.secret_name(name), "namespace": namespace,
+                "metadata": {"name": secret, "namespace": namespace,
                              "labels": kuberay.labels(name)},
-                "stringData": {kuberay.TOKEN_KEY: self.state.secrets.read(cluster_key(name))}}
-        try:
-            core.create_namespaced_secret(namespace, body)
-            self._log_line(name, f"created Secret {namespace}/{kuberay.secret_name(name)}")
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            there = core.read_namespaced_secret(kuberay.secret_name(name), namespace)
-            if (there.metadata.labels or {}).get(kuberay.CLUSTER_LABEL) != name:
-                raise ClusterError(f"a Secret {namespace}/{kuberay.secret_name(name)} exists "
-                                   "that orchestrate did not create; it is left as it is",
-                                   hint="choose another cluster_name") from None
-            core.replace_namespaced_secret(kuberay.secret_name(name), namespace, body)
-            self._log_line(name, f"replaced Secret {namespace}/{kuberay.secret_name(name)}")
+                "stringData": {kuberay.TOKEN_KEY: token}}
+        there = _made_or_ours(lambda: core.create_namespaced_secret(namespace, body),
+                              lambda: core.read_namespaced_secret(secret, namespace),
+                              f"Secret {namespace}/{secret}", name,
+                              hint="choose another cluster_name")
+        if there is None:
+            self._log_line(name, f"created Secret {namespace}/{secret}")
+            return False
+        foreign = _token_fingerprint(there) != fingerprint(token)
+        core.replace_namespaced_secret(secret, namespace, body)
+        self._log_line(name, f"replaced Secret {namespace}/{secret}" + (
+            ": it held a token other than this cluster's" if foreign else ""))
+        if foreign:
+            self.progress(f"  Secret {namespace}/{secret} held a token other than this "
+                          "cluster's: replaced, and the cluster's pods restarted if it runs")
+        return foreign
+
+    def _put_policy(self, core: Any, body: Config, cluster: str) -> str:
+        """Create the NetworkPolicy, or replace the one orchestrate wrote for `cluster` (at the
+        version read), and say which; one of that name without orchestrate's label is
+        refused."""
+        from kubernetes.client import NetworkingV1Api
+
+        api = NetworkingV1Api(core.api_client)
+        name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
+        there = _made_or_ours(lambda: api.create_namespaced_network_policy(namespace, body),
+                              lambda: api.read_namespaced_network_policy(name, namespace),
+                              f"NetworkPolicy {namespace}/{name}", cluster,
+                              hint=f"check who made it (kubectl -n {namespace} get "
+                                   f"networkpolicy {name} -o yaml) and delete it, or choose "
+                                   "another name")
+        if there is None:
+            return f"created NetworkPolicy {namespace}/{name}"
+        body = {**body, "metadata": {**body["metadata"],
+                                     "resourceVersion": there.metadata.resource_version}}
+        api.replace_namespaced_network_policy(name, namespace, body)
+        return f"replaced NetworkPolicy {namespace}/{name}"
 
     def _owned(self, custom: Any, name: str, namespace: str) -> Config | None:
         """The RayCluster there (None: none), refused when orchestrate did not make it: its
@@ -270,14 +307,31 @@ class KubeRay:
                 try:
                     custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
                 except ApiException as exc:
-                    if exc.status == 404:
-                        return
-                    raise
+                    if exc.status != 404:
+                        raise
+                    break
                 if time.monotonic() >= deadline:
                     raise ClusterError(f"RayCluster {namespace}/{name} was still there "
                                        f"{timeout:.0f} s after it was deleted",
                                        hint="a finalizer may hold it: kubectl describe it")
                 time.sleep(POLL_S)
+            self._delete_policy(core, name, namespace)   # its pods kept it until they went
+
+    def _delete_policy(self, core: Any, name: str, namespace: str) -> None:
+        """Delete the cluster's NetworkPolicy, only the one `up` wrote."""
+        from kubernetes.client import NetworkingV1Api
+        from kubernetes.client.exceptions import ApiException
+
+        api = NetworkingV1Api(core.api_client)
+        policy = kuberay.policy_name(name)
+        try:
+            there = api.read_namespaced_network_policy(policy, namespace)
+            if (there.metadata.labels or {}).get(kuberay.CLUSTER_LABEL) == name:
+                api.delete_namespaced_network_policy(policy, namespace)
+                self._log_line(name, f"deleted NetworkPolicy {namespace}/{policy}", "down")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     def log_path(self, name: str, action: str) -> Path:
         return self.state.store.workspace(name) / f"{action}.log"
@@ -291,38 +345,76 @@ class KubeRay:
     # --- a run on a cluster of its own: a RayJob ---
 
     def submit_job(self, cluster: str, config: Config, manifest: Config) -> tuple[bool, Config]:
-        """The RayJob, then its own token Secret, owned by it (it goes with the RayJob; its
-        cluster's pods wait for it, as kubelet retries a missing Secret): (whether it was made
-        now, the RayJob as the server has it). The token is the cluster file's."""
-        from kubernetes.client.exceptions import ApiException
-
+        """The RayJob, its NetworkPolicy, then its own token Secret, both owned by it (they go
+        with the RayJob; its cluster's pods wait for the Secret, as kubelet retries a missing
+        one): (whether the RayJob was made now, the RayJob as the server has it). The token is
+        the cluster file's. A Secret of that name which this RayJob does not own, or which
+        holds another token, is refused: its cluster would run with a token someone else
+        chose. The RayJob made now is then deleted, so nothing runs."""
         namespace = manifest["metadata"]["namespace"]
         name = manifest["metadata"]["name"]
+        secret = manifest["spec"]["rayClusterSpec"]["authOptions"]["secretName"]
+        token = self.state.secrets.read(cluster_key(cluster))
         with self._api(config) as (custom, core), _api_errors(f"RayJob {name}"):
+            stored = _found(lambda: custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, JOBS, name))
+            there = _found(lambda: core.read_namespaced_secret(secret, namespace))
+            if there is not None:   # checked before a RayJob that would mount it is made
+                _check_job_secret(there, stored, token, namespace, created=False)
+            created = False
+            if stored is None:
+                stored, created = self._create_job(custom, manifest)
             try:
-                stored = custom.create_namespaced_custom_object(GROUP, VERSION, namespace, JOBS,
-                                                                manifest)
-                created = True
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-                stored = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS,
-                                                             name)
-                created = False
-            owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RayJob", "name": name,
-                     "uid": stored["metadata"]["uid"]}
-            secret = manifest["spec"]["rayClusterSpec"]["authOptions"]["secretName"]
-            body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                    "metadata": {"name": secret, "namespace": namespace,
-                                 "labels": kuberay.labels(cluster), "ownerReferences": [owner]},
-                    "stringData": {kuberay.TOKEN_KEY:
-                                   self.state.secrets.read(cluster_key(cluster))}}
-            try:
-                core.create_namespaced_secret(namespace, body)
-            except ApiException as exc:
-                if exc.status != 409:   # there already: this RayJob's, from its first run
-                    raise
+                self._own_parts(core, cluster, manifest, stored, token, there is None,
+                                created)
+            except ClusterError:
+                if created:
+                    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, JOBS,
+                                                           name)
+                raise
+        self.progress(f"  NetworkPolicy {namespace}/{kuberay.policy_name(name)}: the RayJob's "
+                      "pods take connections from one another, and its dashboard from its "
+                      f"submitter and KubeRay's operator, only ({ENFORCED})")
         return created, stored
+
+    def _create_job(self, custom: Any, manifest: Config) -> tuple[Config, bool]:
+        from kubernetes.client.exceptions import ApiException
+
+        namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        try:
+            return custom.create_namespaced_custom_object(GROUP, VERSION, namespace, JOBS,
+                                                          manifest), True
+        except ApiException as exc:
+            if exc.status != 409:   # made meanwhile: the same submission's
+                raise
+        return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, name), False
+
+    def _own_parts(self, core: Any, cluster: str, manifest: Config, stored: Config, token: str,
+                   missing: bool, created: bool) -> None:
+        """The RayJob's NetworkPolicy, and its Secret when none was there (one made in
+        between is checked as one found before)."""
+        from kubernetes.client.exceptions import ApiException
+
+        namespace, name = manifest["metadata"]["namespace"], manifest["metadata"]["name"]
+        owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RayJob", "name": name,
+                 "uid": stored["metadata"]["uid"]}
+        policy = kuberay.job_network_policy(manifest)
+        policy["metadata"]["ownerReferences"] = [owner]
+        self._put_policy(core, policy, cluster)
+        if not missing:
+            return
+        secret = manifest["spec"]["rayClusterSpec"]["authOptions"]["secretName"]
+        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": secret, "namespace": namespace,
+                             "labels": kuberay.labels(cluster), "ownerReferences": [owner]},
+                "stringData": {kuberay.TOKEN_KEY: token}}
+        try:
+            core.create_namespaced_secret(namespace, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            _check_job_secret(core.read_namespaced_secret(secret, namespace), stored, token,
+                              namespace, created=created)
 
     def follow_job(self, config: Config, name: str, *, timeout: float | None = None) -> Config:
         """The RayJob's status once its job ended (SUCCEEDED, FAILED, STOPPED) or its
@@ -473,6 +565,76 @@ def _condition_text(status: Config) -> str:
     false = [f"{c.get('type')}: {c.get('message') or c.get('reason')}"
              for c in status.get("conditions") or [] if c.get("status") == "False"]
     return "; ".join(false)
+
+
+def _made_or_ours(create: Any, read: Any, what: str, cluster: str, *, hint: str) -> Any:
+    """create(), None when that made the object; else the one there (read()), refused unless
+    orchestrate's label names `cluster` (it is then left as it is)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        create()
+        return None
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    there = read()
+    if (there.metadata.labels or {}).get(kuberay.CLUSTER_LABEL) != cluster:
+        raise ClusterError(f"a {what} exists that orchestrate did not create; it is left as "
+                           "it is", hint=hint)
+    return there
+
+
+def _found(read: Any) -> Any:
+    """What read() returns, None when the API answers 404."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        return read()
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return None
+
+
+def _token_fingerprint(secret: Any) -> str | None:
+    """The fingerprint of the token in a Secret read through the client (None: it has none)."""
+    import base64
+    import binascii
+
+    value = (secret.data or {}).get(kuberay.TOKEN_KEY)
+    try:
+        return fingerprint(base64.b64decode(value, validate=True).decode()) if value else None
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def _check_job_secret(there: Any, job: Config | None, token: str, namespace: str, *,
+                      created: bool) -> None:
+    """A RayJob's token Secret found there is used only when that RayJob owns it (its uid) and
+    it holds the cluster file's token; else ClusterError, naming it."""
+    secret = there.metadata.name
+    uid = (job or {}).get("metadata", {}).get("uid")
+    owners = [o.uid for o in there.metadata.owner_references or []
+              if o.kind == "RayJob" and o.api_version == f"{GROUP}/{VERSION}"]
+    if job is None:
+        why = "before its RayJob, so it is not one orchestrate wrote"
+    elif uid not in owners:
+        why = f"which the RayJob {job['metadata']['name']} does not own"
+    elif _token_fingerprint(there) != fingerprint(token):
+        why = "holding a token other than the cluster file's"
+    else:
+        return
+    rayjob = "" if job is None else job["metadata"]["name"]
+    then = "the RayJob made now was deleted" if created else (
+        "nothing was submitted" if job is None else
+        f"its RayJob {rayjob} may run with it: delete it too (kubectl -n {namespace} delete "
+        f"rayjob {rayjob})")
+    raise ClusterError(f"a Secret {namespace}/{secret} exists, {why}: the RayJob's cluster "
+                       f"would run with a token someone else chose; {then}",
+                       hint=f"check who made it (kubectl -n {namespace} get secret {secret} "
+                            "-o yaml: its ownerReferences and managedFields), delete it, and "
+                            "run again")
 
 
 @contextmanager

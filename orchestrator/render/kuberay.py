@@ -2,6 +2,10 @@
 
     ray_cluster(config) -> dict        the RayCluster resource (ray.io/v1)
     secret_name(cluster) -> str        the Secret holding the cluster's token (never rendered)
+    network_policy(cluster) -> dict    the NetworkPolicy beside a RayCluster: its pods take
+                                       connections from one another only
+    job_network_policy(job) -> dict    the same beside a RayJob (its submitter and KubeRay's
+                                       operator also reach the head's dashboard)
 
 Pure: the same config always gives the same resource. What Ray's own autoscaler reads back from
 it (ray/autoscaler/_private/kuberay/autoscaling_config.py) is the config's node types: each
@@ -40,6 +44,11 @@ DASHBOARD_PORT = 8265
 
 def secret_name(cluster: str) -> str:
     return f"orchestrate-{cluster}"   # at most 12 + 47 characters: a valid Secret name
+
+
+def policy_name(name: str) -> str:
+    """The NetworkPolicy beside a RayCluster or a RayJob `name` (named as its Secret)."""
+    return f"orchestrate-{name}"
 
 
 def labels(cluster: str) -> dict[str, str]:
@@ -215,6 +224,10 @@ def ray_job(plan: JobPlan[JobConfig], cluster_config: Config, own: Mapping[str, 
     # its own Secret (owned by the RayJob, going with it): a `down` of the cluster file's
     # cluster, or an `up` with a new token, leaves a running RayJob's pods theirs
     cluster["spec"]["authOptions"]["secretName"] = job_secret_name(name)
+    # the pods' label its NetworkPolicy selects: KubeRay names the RayJob's cluster (and so
+    # its pods' ray.io/cluster) only once it makes it, and copies template labels onto pods
+    for group in [cluster["spec"]["headGroupSpec"], *cluster["spec"]["workerGroupSpecs"]]:
+        group["template"] = {"metadata": {"labels": {JOB_LABEL: name}}, **group["template"]}
     spec: Config = {
         "entrypoint": IMAGE_ENTRYPOINT,
         # JSON (which is YAML): KubeRay reads it with Go's YAML, which takes an unquoted 1e-4
@@ -253,6 +266,55 @@ KEEP_FAILED_S = 3600
 
 def job_secret_name(rayjob: str) -> str:
     return f"orchestrate-{rayjob}"
+
+
+# --- who may connect to a cluster's pods: a NetworkPolicy ---
+
+POLICY_API = "networking.k8s.io/v1"
+# KubeRay's label on every pod of a RayCluster (common/pod.go labelPod: a template cannot
+# override it)
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+JOB_LABEL = "orchestrate.dev/rayjob"
+# KubeRay's Helm chart and its kustomize manifests both label the operator's pod so
+# (app.kubernetes.io/component: kuberay-operator); its namespace is the installer's choice
+OPERATOR = {"app.kubernetes.io/component": "kuberay-operator"}
+
+
+def network_policy(cluster: Config) -> Config:
+    """The NetworkPolicy of a RayCluster (`up` applies it beside the token's Secret): the
+    cluster's pods take connections only from one another. A port-forward reaches a pod
+    through its kubelet, inside the pod's own network namespace, where no NetworkPolicy
+    applies; egress is left open (the image's and runtime_env's downloads, the package store,
+    the API server for the autoscaler)."""
+    name = str(cluster["metadata"]["name"])
+    return _policy(policy_name(name), str(cluster["metadata"]["namespace"]), labels(name),
+                   {RAY_CLUSTER_LABEL: name}, [])
+
+
+def job_network_policy(job: Config) -> Config:
+    """The NetworkPolicy of a RayJob's cluster: as a RayCluster's, selecting the pods by the
+    RayJob's label (ray_job puts it in their templates), and the head's dashboard port open to
+    the RayJob's submitter (K8sJobMode: KubeRay labels its pod with the RayJob's name) and to
+    KubeRay's operator, which asks the dashboard for the job's status (rayjob_controller.go
+    GetJobInfo). The launcher adds the RayJob as its owner."""
+    name = str(job["metadata"]["name"])
+    submitter = {"podSelector": {"matchLabels": {"ray.io/originated-from-cr-name": name,
+                                                 "ray.io/originated-from-crd": "RayJob"}}}
+    operator = {"namespaceSelector": {}, "podSelector": {"matchLabels": dict(OPERATOR)}}
+    dashboard = {"from": [submitter, operator],
+                 "ports": [{"protocol": "TCP", "port": DASHBOARD_PORT}]}
+    return _policy(policy_name(name), str(job["metadata"]["namespace"]),
+                   dict(job["metadata"]["labels"]), {JOB_LABEL: name}, [dashboard])
+
+
+def _policy(name: str, namespace: str, metadata_labels: dict[str, str], pods: dict[str, str],
+            more: list[Config]) -> Config:
+    return {"apiVersion": POLICY_API, "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": namespace, "labels": metadata_labels},
+            "spec": {"podSelector": {"matchLabels": pods},
+                     "policyTypes": ["Ingress"],
+                     "ingress": [{"from": [{"podSelector": {"matchLabels": dict(pods)}}]},
+                                 *more]}}
 
 
 def as_yaml(document: Config) -> str:
