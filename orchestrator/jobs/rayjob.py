@@ -4,11 +4,12 @@ cluster it makes from the experiment's (KubeRay) cluster file and deletes afterw
     run(spec, plan, shipped, state, progress, detach=...) -> Outcome
 
 The job's code goes to the package store first (jobs.package_store): KubeRay's submitter runs
-`ray job submit` inside the Kubernetes cluster and cannot upload from here. Then the cluster
-file's token Secret and the RayJob (render.kuberay.ray_job, checked as KubeRay would); the same
-experiment submitted again finds its RayJob instead of making another. `run` follows the
-RayJob's state until its job ends; the job's own log is the submitter's (`kubectl logs`) and,
-while the cluster is kept, its dashboard's.
+`ray job submit` inside the Kubernetes cluster and cannot upload from here; a zip already in the
+store is read back first, and one that does not hold the files its name claims stops `run`
+before the RayJob names it. Then the cluster file's token Secret and the RayJob
+(render.kuberay.ray_job, checked as KubeRay would); the same experiment submitted again finds
+its RayJob instead of making another. `run` follows the RayJob's state until its job ends; the
+job's own log is the submitter's (`kubectl logs`) and, while the cluster is kept, its dashboard's.
 """
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ from ..contract import (
     TrackingSection,
     TuneSection,
 )
+from ..errors import Problem
 from ..language.environment import IN_WORKING_DIR, Environment
 from ..language.experiment import ExperimentSpec
 from ..util.uris import is_uri
@@ -320,4 +321,12 @@ def ship(spec: ExperimentSpec) -> WorkingDir:
     excludes = excludes_for(spec.working_dir, extra, [*inside, str(home())]) + \
         _credential_files(spec.working_dir)
     return scan(spec.working_dir, excludes,
-                include_gitignore=os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1")
+                include_gitignore=os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1",
+                problem=lambda message, hint: _working_dir_problem(spec, message, hint))
+
+
+def _working_dir_problem(spec: ExperimentSpec, message: str, hint: str) -> Problem:
+    """A refusal of what the working_dir would ship, at the experiment's `working_dir` line."""
+    if spec.source is not None:
+        return spec.source.problem(("working_dir",), message, hint)
+    return Problem(str(spec.path), message, field="working_dir", hint=hint)

@@ -21,8 +21,10 @@ DIGEST_CHARS = 24
 
 
 def orchestrate_files() -> WorkingDir:
-    """orchestrate's package as it is shipped (what Ray's py_modules upload would take)."""
-    return scan(Path(package_dir()), DEFAULT_EXCLUDES, include_gitignore=False)
+    """orchestrate's package as it is shipped (what Ray's py_modules upload would take). Its
+    files' modes are the install's (all 0600 under a umask of 077), and it holds no secrets."""
+    return scan(Path(package_dir()), DEFAULT_EXCLUDES, include_gitignore=False,
+                refuse_private=False)
 
 
 def zip_name(kind: str, files: WorkingDir) -> str:
