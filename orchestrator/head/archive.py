@@ -12,15 +12,20 @@ launcher then copies to its machine. One archive is
                         the names (never the values) of the runtime_env's env_vars
         jobs/<id>.log   each job's driver log (the Job API's, else the driver's log file), its
                         last JOB_LOG_CAP bytes; newest jobs first, JOB_LOGS_BUDGET in all
-        session/...     Ray's session log files, newest first, at most SESSION_BUDGET bytes;
-                        never runtime_env*.log (the runtime envs, env var values too),
-                        nor the job-driver-<id>.log of a job in jobs.json (capped in jobs/)
+        session/...     Ray's session log files, newest first, at most SESSION_BUDGET bytes:
+                        only this user's regular files with Ray's log names, from a session
+                        folder proven this user's (`head.session`: another user can swap
+                        Ray's world-writable /tmp/ray); never runtime_env*.log (the runtime
+                        envs, env var values too), nor the job-driver-<id>.log of a job in
+                        jobs.json (capped in jobs/)
         README          what the archive holds, and what was cut or left out
         stopped.json    {"reason", "at", **details}
 
-The layout (`build`) and the copy (`publish`) are also what the launcher uses when the head has
-no archiver (a cluster launched before there was one): it builds the archive from the Job API.
-Standard library only; boto3 is imported where S3 is written.
+The Job API is asked (with the token) only once its listener is proven this user's Ray
+(`head.listener`); else jobs.json is empty and the README says why. The layout (`build`) and the
+copy (`publish`) are also what the launcher uses when the head has no archiver (a cluster
+launched before there was one): it builds the archive from the Job API. Standard library only;
+boto3 is imported where S3 is written.
 """
 from __future__ import annotations
 
@@ -33,13 +38,15 @@ import sys
 import tempfile
 import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .listener import NotOurs, get_json
+from .session import Entry, Logs, Refused, open_logs
+
 BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
 HEAD_FOLDER = "~/.orchestrate/archive"     # when the cluster file names no archive
-SESSION_LOGS = "/tmp/ray/session_latest/logs"
+SESSION_LOGS = "/tmp/ray/session_latest/logs"   # <Ray's temp folder>/<session>/logs
 SESSION_BUDGET = 50 * 1024 * 1024          # bytes of session logs kept, newest files first
 JOB_LOG_CAP = 10 * 1024 * 1024             # bytes kept of one driver log: its end
 JOB_LOGS_BUDGET = 100 * 1024 * 1024        # bytes of driver logs in all, newest jobs first
@@ -88,20 +95,32 @@ def run(config: dict[str, Any], reason: str, details: dict[str, Any], *,
     token = token if token is not None else read_token()
     notes: list[str] = []
     try:
+        logs, refused = open_logs(session_logs), None
+    except (Refused, OSError) as exc:
+        logs, refused = None, f"Ray's session logs left out: {exc}"
+    try:
         jobs = job_table(address, token)
+    except NotOurs as exc:
+        notes.append(f"Ray's Job API was not asked: {exc}")
+        jobs = []
     except (OSError, ValueError) as exc:   # URLError, HTTPError, timeouts, not JSON: the
         # session's files still count
         notes.append(f"Ray's job table could not be read ({exc}); driver logs are the files")
         jobs = []
-    logs = {job["submission_id"]: driver_log(address, token, job["submission_id"],
-                                             session_logs) for job in jobs}
-    if not jobs and not Path(session_logs).is_dir():
-        return None
-    target = destination(config, reason, at)
-    with tempfile.TemporaryDirectory(prefix="orchestrate-archive-") as staging:
-        build(Path(staging), jobs, logs, reason=reason, at=at, details=details,
-              session_logs=session_logs, budget=budget, notes=notes)
-        publish(Path(staging), target)
+    try:
+        driver_logs = {job["submission_id"]: driver_log(address, token, job["submission_id"],
+                                                        logs) for job in jobs}
+        if not jobs and logs is None and refused is None:
+            return None
+        target = destination(config, reason, at)
+        with tempfile.TemporaryDirectory(prefix="orchestrate-archive-") as staging:
+            build(Path(staging), jobs, driver_logs, reason=reason, at=at, details=details,
+                  session_logs=logs, budget=budget, notes=notes,
+                  no_session=refused)
+            publish(Path(staging), target)
+    finally:
+        if logs is not None:
+            logs.close()
     return target
 
 
@@ -124,11 +143,7 @@ def read_token() -> str | None:
 
 
 def _get(address: str, path: str, token: str | None) -> Any:
-    request = urllib.request.Request(address.rstrip("/") + path)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as answer:  # noqa: S310
-        return json.loads(answer.read().decode("utf-8", errors="replace"))
+    return get_json(address, path, token, REQUEST_TIMEOUT)
 
 
 def job_table(address: str, token: str | None) -> list[dict[str, Any]]:
@@ -139,16 +154,18 @@ def job_table(address: str, token: str | None) -> list[dict[str, Any]]:
             and _SAFE_ID.fullmatch(job["submission_id"])] if isinstance(found, list) else []
 
 
-def driver_log(address: str, token: str | None, job_id: str, session_logs: str) -> str:
+def driver_log(address: str, token: str | None, job_id: str, logs: Logs | None) -> str:
     """The job's driver log: the Job API's, else the driver's file in the session's logs."""
     try:
         found = _get(address, f"/api/jobs/{urllib.parse.quote(job_id, safe='')}/logs", token)
         if isinstance(found, dict) and isinstance(found.get("logs"), str):
             return str(found["logs"])
-    except (OSError, ValueError):   # no answer, or not JSON
+    except (OSError, ValueError):   # not ours, no answer, or not JSON
         pass
+    if logs is None:
+        return ""
     try:
-        with (Path(session_logs) / f"job-driver-{job_id}.log").open("rb") as file:
+        with os.fdopen(logs.open(f"job-driver-{job_id}.log"), "rb") as file:
             size = file.seek(0, os.SEEK_END)
             file.seek(max(0, size - JOB_LOG_CAP - 4))   # the cap's bytes and a character's
             return file.read().decode(errors="replace")
@@ -165,62 +182,72 @@ def public(job: dict[str, Any]) -> dict[str, Any]:
     return kept
 
 
-def session_files(folder: str, budget: int, skip: frozenset[str] = frozenset()
-                  ) -> tuple[list[Path], list[tuple[Path, int]]]:
-    """Ray's session log files, newest first, as many as fit in `budget` bytes; and those
-    left out with their sizes. Never runtime_env*.log (SECRET_LOGS), nor files named in
-    `skip`."""
-    root = Path(folder)
-    found: list[tuple[float, int, Path]] = []
-    for path in root.rglob("*") if root.is_dir() else []:
-        if SECRET_LOGS.fullmatch(path.name) or path.name in skip:
-            continue
-        try:
-            if path.is_file() and not path.is_symlink():
-                stat = path.stat()
-                found.append((stat.st_mtime, stat.st_size, path))
-        except OSError:
-            continue
-    kept: list[Path] = []
-    left: list[tuple[Path, int]] = []
+def session_files(logs: Logs, budget: int, skip: frozenset[str] = frozenset()
+                  ) -> tuple[list[Entry], list[Entry], int]:
+    """Ray's session log files, newest first, as many as fit in `budget` bytes; those left
+    out for the budget; and how many entries are not Ray's logs or not ours (`Logs.listing`).
+    Never runtime_env*.log (SECRET_LOGS), nor files named in `skip`."""
+    found, strangers = logs.listing()
+    kept: list[Entry] = []
+    left: list[Entry] = []
     total = 0
-    for _mtime, size, path in sorted(found, key=lambda f: (-f[0], str(f[2]))):
-        if total + size <= budget:
-            kept.append(path)
-            total += size
+    for entry in sorted(found, key=lambda e: (-e.mtime, e.path)):
+        name = entry.path.rsplit("/", 1)[-1]
+        if SECRET_LOGS.fullmatch(name) or name in skip:
+            continue
+        if total + entry.size <= budget:
+            kept.append(entry)
+            total += entry.size
         else:
-            left.append((path, size))
-    return kept, left
+            left.append(entry)
+    return kept, left, strangers
+
+
+def copy_session(logs: Logs, kept: list[Entry], folder: Path, notes: list[str]) -> None:
+    """The kept files into `folder`, each as it was listed (no more than its listed size,
+    never a file swapped in since)."""
+    for entry in kept:
+        copy = folder / entry.path
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with os.fdopen(logs.open(entry.path, entry.identity), "rb") as source, \
+                    open(copy, "wb") as out:
+                out.write(source.read(entry.size))
+        except OSError as exc:
+            notes.append(f"session/{entry.path} not copied: {exc}")
 
 
 def build(staging: Path, jobs: list[dict[str, Any]], logs: dict[str, str], *, reason: str,
-          at: float, details: dict[str, Any], session_logs: str | None,
-          budget: int = SESSION_BUDGET, notes: list[str] | None = None) -> None:
-    """The archive's files in `staging` (see the module's docstring)."""
+          at: float, details: dict[str, Any], session_logs: Logs | None,
+          budget: int = SESSION_BUDGET, notes: list[str] | None = None,
+          no_session: str | None = None) -> None:
+    """The archive's files in `staging` (see the module's docstring). Without `session_logs`
+    the README says `no_session`, by default that the launcher built it."""
     notes = list(notes or [])
     (staging / "jobs").mkdir(parents=True, exist_ok=True)
     table = sorted((public(job) for job in jobs), key=lambda j: str(j.get("submission_id")))
     (staging / "jobs.json").write_text(json.dumps(table, indent=1, sort_keys=True, default=str))
     job_logs(staging / "jobs", jobs, logs, notes)
-    kept: list[Path] = []
-    left: list[tuple[Path, int]] = []
+    kept: list[Entry] = []
+    left: list[Entry] = []
     if session_logs is None:
-        notes.append("Ray's session logs are not here: archived from the launcher through "
-                     "the Job API (the head had no archiver)")
+        notes.append(no_session or "Ray's session logs are not here: archived from the "
+                     "launcher through the Job API (the head had no archiver)")
     else:
-        kept, left = session_files(session_logs, budget,
-                                   frozenset(f"job-driver-{job['submission_id']}.log"
-                                             for job in jobs))
+        kept, left, strangers = session_files(
+            session_logs, budget,
+            frozenset(f"job-driver-{job['submission_id']}.log" for job in jobs))
         notes.append("session/: runtime_env*.log left out (they may hold the runtime envs' "
                      "env var values), and the job-driver-<id>.log of every job in jobs.json "
                      "(under jobs/, or left out there)")
-        for path in kept:
-            copy = staging / "session" / path.relative_to(session_logs)
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                shutil.copyfile(path, copy)
-            except OSError as exc:
-                notes.append(f"session/{path.relative_to(session_logs)} not copied: {exc}")
+        notes.append(f"left out: {strangers} files not Ray's logs or not ours (only this "
+                     "user's regular files with Ray's log names are copied)")
+        if session_logs.shared:
+            notes.append(f"Ray's temp folder or a folder of {session_logs.path} is writable by "
+                         "other users (Ray 2.60 makes /tmp/ray so): another user could have "
+                         "moved this user's own files there; start Ray with --temp-dir in a "
+                         "0700 folder to close that")
+        copy_session(session_logs, kept, staging / "session", notes)
     stopped = {**details, "reason": reason, "at": at}
     (staging / "stopped.json").write_text(json.dumps(stopped, indent=1, sort_keys=True,
                                                      default=str))
@@ -233,7 +260,7 @@ def build(staging: Path, jobs: list[dict[str, Any]], logs: dict[str, str], *, re
     lines += [f"note: {note}" for note in notes]
     if left:
         lines.append("left out (newest first, bytes):")
-        lines += [f"  {path.relative_to(session_logs or '/')} {size}" for path, size in left]
+        lines += [f"  {entry.path} {entry.size}" for entry in left]
     (staging / "README").write_text("\n".join(lines) + "\n")
 
 

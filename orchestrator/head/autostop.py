@@ -15,8 +15,11 @@ token Ray keeps in ~/.ray/auth_token), a Serve application not DELETING (Serve's
 same dashboard: `orchestrate serve` deploys there, not as a job), or an SSH session with a
 terminal on the head (sshd's `user@pts/N` processes; Ray's launcher and orchestrate's forwards use
 none) unless `ignore_ssh_sessions`. An answer it cannot get counts as activity: a cluster it
-cannot see is never stopped for being idle. Max uptime counts from Ray's start on the head (its
-GCS process).
+cannot see is never stopped for being idle. The dashboard is asked only once it is proven this
+user's Ray (`head.listener`: another user of an on-prem head can bind its port while it is down);
+until then nothing is sent, the head counts as busy (never idle on a stranger's word; max uptime
+still applies) and the log says so when that starts and ends. Max uptime counts from Ray's start
+on the head (its GCS process).
 
 When time is up: the logs are archived (`head.archive.run`, when that module is there); for an
 idle stop the head is looked at again (archiving takes minutes), and any activity then abandons
@@ -38,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .listener import NotOurs, get_json
+
 FOLDER = Path.home() / ".orchestrate"
 STATUS_FILE = FOLDER / "autostop.json"
 LOG_FILE = FOLDER / "autostop.log"
@@ -53,6 +58,7 @@ RETRY_MAX_S = 15 * 60.0     # at most 15 apart
 SERVE_NOT_INSTALLED = 501   # Ray 2.60's Serve API without ray[serve]: no Serve can be running
 _SSH_TERMINAL = re.compile(r"^sshd(?:-session)?: \S+@pts/\d+")
 _DASHBOARD_PORT = re.compile(r"--dashboard-port(?:=|\s+)(\d+)")
+UNSEEN = "cannot tell: "   # the start of an activity that is the dashboard not asked
 
 Log = Callable[[str], None]
 
@@ -170,17 +176,13 @@ def dashboard_port(config: dict[str, Any]) -> int:
 
 
 def _get(port: int, path: str, timeout: float) -> Any:
-    """JSON from the head's dashboard on loopback, with the cluster's token (OSError, including
-    urllib's HTTPError, or ValueError when there is no JSON answer)."""
-    import urllib.request
-
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    """JSON from the head's dashboard on loopback, with the cluster's token, once it is proven
+    this user's Ray (NotOurs if not: nothing sent; OSError, including urllib's HTTPError, or
+    ValueError when there is no JSON answer)."""
+    token = None
     with contextlib.suppress(OSError):
-        token = TOKEN_FILE.read_text().strip()
-        if token:
-            request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 - loopback
-        return json.loads(answer.read())
+        token = TOKEN_FILE.read_text().strip() or None
+    return get_json(f"http://127.0.0.1:{port}", path, token, timeout)
 
 
 def busy_jobs(port: int, timeout: float = 10, since: float | None = None) -> int:
@@ -231,6 +233,8 @@ def activity(config: dict[str, Any], rules: Settings, since: float | None = None
             number = count()
             if number:
                 found.append(f"{number} {what}")
+        except NotOurs as exc:
+            found.append(f"{UNSEEN}{api} not asked: {exc}")
         except (OSError, ValueError) as exc:
             found.append(f"{api} did not answer ({exc})")
     if not rules.ignore_ssh_sessions:
@@ -343,6 +347,21 @@ def attempt_takedown(memory: dict[str, Any], *, now: float, log: Log) -> None:
                                "next_attempt_at": pending["next_at"]}})
 
 
+def say_unseen(memory: dict[str, Any], busy: list[str], log: Log) -> None:
+    """Log when the dashboard stops being, or is again, proven this user's Ray: a head that
+    counts as busy because it cannot be seen is never so silently."""
+    unseen = sorted({item.removeprefix(UNSEEN).split(": ", 1)[-1] for item in busy
+                     if item.startswith(UNSEEN)})
+    if unseen == memory.get("unseen", []):
+        return
+    if unseen:
+        log(f"cannot tell whether the head is idle: {'; '.join(unseen)}; it counts as busy "
+            "until the dashboard is proven this user's Ray (max uptime still applies)")
+    else:
+        log("the dashboard is proven this user's Ray again: idle time counts")
+    memory["unseen"] = unseen
+
+
 def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None:
     """One poll: read the config, look at the head, decide, write the status file. `memory`
     carries idle_since between polls, and a takedown to try again. None: no autostop set, Ray
@@ -377,6 +396,7 @@ def poll_once(memory: dict[str, Any], *, now: float, log: Log) -> Verdict | None
         return None
     since = memory.get("idle_since")
     busy_now = activity(config, rules, since=since) + up_activity(started, now=now, since=since)
+    say_unseen(memory, busy_now, log)
     verdict = decide(rules, now=now, busy=bool(busy_now), idle_since=since, started=started)
     memory["idle_since"] = verdict.idle_since
     status = {"state": "stopping" if verdict.stop else "watching", "settings": rules.as_dict(),

@@ -185,10 +185,142 @@ def test_a_reply_that_is_not_json_loses_no_archive(ray, tmp_path):
     folder = Path(written.removeprefix("file://"))
     assert "job table could not be read" in (folder / "README").read_text()
     assert (folder / "session" / "job-driver-done.log").read_text() == "xxx"
-    assert archive.driver_log(ray.address, TOKEN, "done", logs) == "xxx"   # the file's
+    from orchestrator.head.session import open_logs
+
+    opened = open_logs(logs)
+    assert opened is not None
+    with opened:
+        assert archive.driver_log(ray.address, TOKEN, "done", opened) == "xxx"   # the file's
 
 
 @pytest.mark.parametrize("reason, expected", [("down", "down"), ("Max uptime!", "max-uptime"),
                                               ("", "stopped")])
 def test_slug(reason, expected):
     assert archive.slug(reason) == expected
+
+
+# --- Ray's temp folder, which other users of the head can write to (Ray 2.60: 0777) ---------
+
+SECRET = "SECRET-do-not-archive"
+needs_root = pytest.mark.skipif(os.getuid() != 0, reason="gives files to another user (chown)")
+
+
+def secrets_of_ours(tmp_path: Path) -> Path:
+    """A folder of ours with secrets, as the head's home: the token, the cluster's key, and a
+    file with a log's name."""
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in ("auth_token", "ray_bootstrap_key.pem", "secret.log"):
+        (home / name).write_text(SECRET)
+    return home
+
+
+def ray_temp(tmp_path: Path, name: str = "session_2026-12-01_10-00-00_000001_42") -> Path:
+    """Ray 2.60's temp folder: everything 0777, no sticky bit; `session_latest` the link to
+    its newest session (absolute, as Ray writes it). The session's logs folder."""
+    root = tmp_path / "ray"
+    logs = root / name / "logs"
+    (logs / "events").mkdir(parents=True)
+    (logs / "raylet.out").write_text("raylet's own\n")
+    (logs / "events" / "event_GCS.log").write_text("gcs's own\n")
+    for folder in (root, root / name, logs, logs / "events"):
+        folder.chmod(0o777)
+    (root / "session_latest").symlink_to(root / name)
+    return logs
+
+
+def archived_text(written: str) -> str:
+    folder = Path(written.removeprefix("file://"))
+    return "".join(path.read_text(errors="replace") for path in folder.rglob("*")
+                   if path.is_file())
+
+
+@needs_root
+def test_only_rays_log_files_of_ours_are_copied_from_the_session(ray, tmp_path):
+    home = secrets_of_ours(tmp_path)
+    logs = ray_temp(tmp_path)
+    (logs / "linked.log").symlink_to(home / "secret.log")             # a link to a secret
+    (logs / "events" / "home").symlink_to(home)                       # a link to a folder
+    os.link(home / "secret.log", logs / "hard.log")                   # a second name for it
+    (logs / "auth_token").write_text(SECRET)                          # not a log's name
+    (logs / "ray_bootstrap_key.pem").write_text(SECRET)
+    (logs / "theirs.log").write_text(SECRET)                          # another user's file
+    os.chown(logs / "theirs.log", 65534, 65534)
+    (logs / "folder").mkdir()                                         # another user's folder
+    (logs / "folder" / "raylet.out").write_text(SECRET)
+    os.chown(logs / "folder", 65534, 65534)
+    os.mkfifo(logs / "pipe.log")                                      # would block a reader
+    (logs / "job-driver-done.log").symlink_to(home / "secret.log")    # the driver log's file
+    ray.job("done", "FAILED", "from the API\n")
+    ray.failing = True                                                # so the file is read
+    written = archive.run(config(), "down", {}, at=AT, address=ray.address, token=TOKEN,
+                          session_logs=str(logs.parents[1] / "session_latest" / "logs"))
+    folder = Path(written.removeprefix("file://"))
+    kept = folder / "session"
+    assert sorted(p.relative_to(kept).as_posix() for p in kept.rglob("*") if p.is_file()) == \
+        ["events/event_GCS.log", "raylet.out"]
+    assert SECRET not in archived_text(written)
+    assert (folder / "jobs" / "done.log").read_text() == ""
+    readme = (folder / "README").read_text()
+    assert "left out: 9 files not Ray's logs or not ours" in readme
+    assert "writable by other users (Ray 2.60 makes /tmp/ray so)" in readme
+
+
+def swapped(tmp_path: Path, how: str) -> str:
+    """What another user can do to Ray 2.60's temp folder: the logs folder the archiver is
+    given, with the head's secrets behind it (a folder of ours, `secrets_of_ours`)."""
+    home = secrets_of_ours(tmp_path)
+    logs = ray_temp(tmp_path)
+    root = logs.parents[1]
+    theirs = tmp_path / "theirs" / "session_2026-12-01_10-00-00_000002_43"
+    theirs.mkdir(parents=True)
+    (theirs / "logs").symlink_to(home)
+    if how == "elsewhere":              # session_latest pointing out of Ray's temp folder
+        (root / "session_latest").unlink()
+        (root / "session_latest").symlink_to(theirs)
+    elif how == "relative":
+        (root / "session_latest").unlink()
+        (root / "session_latest").symlink_to(f"../theirs/{theirs.name}")
+    elif how == "their session":        # a session folder of theirs in Ray's temp folder
+        (root / theirs.name).mkdir()
+        (root / theirs.name / "logs").symlink_to(home)
+        os.chown(root / theirs.name, 65534, 65534)
+        (root / "session_latest").unlink()
+        (root / "session_latest").symlink_to(root / theirs.name)
+    elif how == "logs link":            # our session's logs renamed, a link in their place
+        logs.rename(logs.with_name("moved"))
+        logs.symlink_to(home)
+    elif how == "their temp folder":    # /tmp/ray made by another user before Ray
+        os.chown(root, 65534, 65534)
+    elif how == "temp folder link":
+        root.rename(root.with_name("real-ray"))
+        root.symlink_to(root.with_name("real-ray"))
+    elif how == "open parent":          # a folder above Ray's temp folder others can write
+        root.parent.chmod(0o777)
+    return str(root / "session_latest" / "logs")
+
+
+@needs_root
+@pytest.mark.parametrize("how, why", [
+    ("elsewhere", "{tmp}/ray/session_latest points to '{tmp}/theirs/session_2026-12-01_10-00-"
+                  "00_000002_43', not to a session_* folder of {tmp}/ray"),
+    ("relative", "{tmp}/ray/session_latest points to '../theirs/session_2026-12-01_10-00-00_"
+                 "000002_43', not to a session_* folder of {tmp}/ray"),
+    ("their session", "{tmp}/ray/session_2026-12-01_10-00-00_000002_43 belongs to another user "
+                      "(uid 65534)"),
+    ("logs link", "{tmp}/ray/session_2026-12-01_10-00-00_000001_42/logs cannot be opened as a "
+                  "folder"),
+    ("their temp folder", "Ray's temp folder {tmp}/ray belongs to another user (uid 65534)"),
+    ("temp folder link", "Ray's temp folder {tmp}/ray cannot be opened as a folder"),
+    ("open parent", "{tmp} is writable by others (mode 777, not sticky)"),
+])
+def test_a_swapped_session_folder_is_refused_and_the_readme_says_so(ray, tmp_path, how, why):
+    ray.job("done", "SUCCEEDED", "from the API\n")
+    written = archive.run(config(), "down", {}, at=AT, address=ray.address, token=TOKEN,
+                          session_logs=swapped(tmp_path, how))
+    assert written is not None and SECRET not in archived_text(written)
+    folder = Path(written.removeprefix("file://"))
+    assert not (folder / "session").exists()
+    assert (folder / "jobs" / "done.log").read_text() == "from the API\n"   # the rest is kept
+    readme = (folder / "README").read_text()
+    assert "note: Ray's session logs left out: " + why.format(tmp=tmp_path) in readme

@@ -12,11 +12,11 @@ import pytest
 
 from orchestrator.head import autostop, takedown
 from orchestrator.head.autostop import Settings, decide
+from tests.head.conftest import T0
 
 IDLE = Settings(idle_minutes=1)
 UPTIME = Settings(max_uptime_minutes=60)
 BOTH = Settings(idle_minutes=10, max_uptime_minutes=60)
-T0 = 1_000_000.0
 
 
 @pytest.mark.parametrize("rules, now, busy, idle_since, started, left, limit, reason", [
@@ -124,33 +124,15 @@ NO_SERVE = {"controller_info": {}, "proxies": {}, "applications": {}, "target_ca
 
 
 @pytest.fixture
-def job_api():
+def job_api(dashboard):
+    """The port of the head's dashboard: JobApi, behind a listener proven Ray's dashboard."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), JobApi)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     JobApi.jobs, JobApi.seen, JobApi.serve = [], [], (200, NO_SERVE)
-    yield server.server_address[1]
+    yield dashboard(server.server_address[1])
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture
-def head_home(tmp_path, monkeypatch):
-    """The watcher's files in a temporary home, and a /proc where Ray started at T0."""
-    folder = tmp_path / ".orchestrate"
-    folder.mkdir()
-    for name, value in (("FOLDER", folder), ("STATUS_FILE", folder / "autostop.json"),
-                        ("LOG_FILE", folder / "autostop.log"),
-                        ("BOOTSTRAP", tmp_path / "ray_bootstrap_config.yaml"),
-                        ("TOKEN_FILE", tmp_path / "auth_token"),
-                        ("UP_FILE", folder / "up-done")):
-        monkeypatch.setattr(autostop, name, value)
-    (folder / "up-done").touch()
-    os.utime(folder / "up-done", (T0, T0))   # `orchestrate up` finished as Ray started
-    (tmp_path / "auth_token").write_text("secret-token\n")
-    monkeypatch.setattr(autostop, "ray_started", lambda: T0)
-    monkeypatch.setattr(autostop, "ssh_terminals", lambda: 0)
-    return tmp_path
 
 
 def write_config(home: Path, port: int, rules: dict | None) -> None:
@@ -158,23 +140,6 @@ def write_config(home: Path, port: int, rules: dict | None) -> None:
               "head_start_ray_commands": [f"ray start --head --dashboard-port={port}"],
               "metadata": {"orchestrate": {"autostop": rules}} if rules else {}}
     (home / "ray_bootstrap_config.yaml").write_text(json.dumps(config))
-
-
-@pytest.fixture
-def stops(monkeypatch):
-    """What the watcher archives and takes down, recorded (the takedown answers as told)."""
-    done: dict = {"archived": [], "down": [], "ok": [True]}
-    monkeypatch.setattr(autostop, "archive_logs",
-                        lambda config, reason, details, log: done["archived"].append(reason))
-
-    def down(config, reason, log):
-        done["down"].append(reason)
-        ok = done["ok"].pop(0) if len(done["ok"]) > 1 else done["ok"][0]
-        log("taking the cluster down" if ok else "ray stop on 10.0.0.2 failed (255): refused")
-        return ok
-
-    monkeypatch.setattr(takedown, "take_down", down)
-    return done
 
 
 def test_a_poll_asks_the_job_api_with_the_token_and_writes_its_status(head_home, job_api, stops):
