@@ -1,16 +1,20 @@
 """What a plan costs: each cluster's list price per hour before and after it (with its workers at
 min_workers and at max_workers), the project's total at max_workers, and the budget.
 
-    plan_cost(clusters, unplanned, budget) -> PlanCost
+    plan_cost(clusters, budget) -> PlanCost
 
 Pure: prices come from the catalog shipped with the package (`providers.cost`). A price the
 catalog lacks is unknown, never guessed: a total that counts it is unknown too, and a budget
-cannot pass a cluster the plan creates or makes dearer whose price is unknown.
+cannot pass a cluster the plan creates or changes whose price is unknown.
 
-A plan is judged only when it makes a cluster dearer (creates it, or changes it to a higher or
-unknown price at max_workers): then that cluster must fit `max_cluster_hourly` and the
-project's total after the plan `max_hourly`; an unknown price cannot pass. A plan that lowers
-the cost, or deletes, is never refused, even under a budget already broken.
+"After" is what the repository's files ask for; "before" is what the state records, which
+whoever can write the state (a bucket, a shared folder) can make anything: a cluster recorded
+with more or bigger workers than it has would make an over-budget change look like a saving.
+So "before" is shown, for the diff, and never judged by: every cluster the plan creates or
+changes (`ray up` with its file) must fit `max_cluster_hourly` at the price of what its file
+asks for, and the project's total after the plan `max_hourly`; an unknown price cannot pass.
+As a cost policy judges a pull request by its code, not by a state the request could write. A
+plan that only deletes clusters, or changes none, is never refused.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ from ..language.project import Budget
 from ..providers.cost import money
 
 CURRENCY = "USD"
+# Where "before" comes from, said with the prices' source in every output of the plan.
+BEFORE_FROM = "before: as the state records it (shown, not trusted by the budget)"
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,6 @@ class ClusterCost:
     before: Hourly | None            # None: no such cluster before the plan
     after: Hourly | None             # None: none after it (deleted)
     warnings: tuple[str, ...] = ()   # prices the catalog lacks
-    same_basis: bool = False         # before and after are priced from the same things
 
     @property
     def change(self) -> float | None:
@@ -129,67 +134,65 @@ def signed(value: float | None) -> str:
     return ("+" if value >= 0 else "-") + f"${abs(value):,.2f}/h"
 
 
-def hourly_of(config: dict[str, Any] | None) -> tuple[Hourly | None, tuple[str, ...], str, str]:
-    """A Ray config's price (None: no config), the catalog's warnings, its source, and what it
-    was read from (`ClusterPrice.basis`; "" when unknown). A recorded config is data: whatever
-    it holds gives an unknown price, never an error."""
+def hourly_of(config: dict[str, Any] | None) -> tuple[Hourly | None, tuple[str, ...], str]:
+    """A Ray config's price (None: no config), the catalog's warnings and its source. A
+    recorded config is data: whatever it holds gives an unknown price, never an error."""
     if config is None:
-        return None, (), "", ""
+        return None, (), ""
     from ..providers.cost import cluster_price
 
     try:
         price = cluster_price(config)
     except Exception as exc:  # noqa: BLE001 - a damaged record prices as unknown
-        return Hourly(None, None), (f"its price cannot be worked out: {exc}",), "", ""
-    return Hourly(price.at_min, price.at_max), tuple(price.warnings), price.source, price.basis
+        return Hourly(None, None), (f"its price cannot be worked out: {exc}",), ""
+    return Hourly(price.at_min, price.at_max), tuple(price.warnings), price.source
 
 
 def plan_cost(clusters: list[tuple[str, bool, dict[str, Any] | None, dict[str, Any] | None]],
               budget: Budget | None) -> PlanCost:
-    """`clusters`: (address, planned, config before, config after) for every cluster the
-    project has or will have; `planned` False for a cluster the plan leaves alone (a partial
-    plan's others), whose before and after are the same."""
+    """`clusters`: (address, launched, config before, config after) for every cluster the
+    project has or will have; `launched` True for one the plan creates or changes, whose
+    after is its file's config; False for one it deletes or leaves alone (a partial plan's
+    others: before and after the same)."""
     costs: list[ClusterCost] = []
     sources: list[str] = []
-    planned: set[str] = set()
-    for address, is_planned, before_config, after_config in clusters:
-        before, warned_before, source_before, basis_before = hourly_of(before_config)
-        after, warned_after, source_after, basis_after = hourly_of(after_config)
+    launched: set[str] = set()
+    for address, is_launched, before_config, after_config in clusters:
+        before, warned_before, source_before = hourly_of(before_config)
+        after, warned_after, source_after = hourly_of(after_config)
         for source in (source_before, source_after):
             if source and source not in sources:
                 sources.append(source)
         costs.append(ClusterCost(address, before, after,
-                                 tuple(dict.fromkeys(warned_after or warned_before)),
-                                 same_basis=bool(basis_before) and basis_before == basis_after))
-        if is_planned:
-            planned.add(address)
+                                 tuple(dict.fromkeys(warned_after or warned_before))))
+        if is_launched:
+            launched.add(address)
+    if any(c.before is not None for c in costs):
+        sources.append(BEFORE_FROM)
     cost = PlanCost(tuple(costs), "; ".join(sources), budget)
-    return PlanCost(cost.clusters, cost.source, budget, over_budget(cost, planned))
+    return PlanCost(cost.clusters, cost.source, budget, over_budget(cost, launched))
 
 
-def dearer(item: ClusterCost) -> bool:
-    """The plan may make this cluster cost more: it comes or changes, and its price at
-    max_workers rises or cannot be compared (an unknown price counts as a rise, unless the
-    change leaves everything the price is read from as it was). A cluster the plan deletes,
-    or leaves at the same known price, is not dearer."""
-    if item.after is None:
-        return False
-    if item.after.at_max is None:
-        return not item.same_basis
-    if item.before == item.after:
-        return False
-    return item.change is None or item.change > 1e-9
+def _recorded_higher(item: ClusterCost) -> str:
+    """A note for a cluster the state records as dearer than its file now asks for."""
+    before, after = item.before, item.after
+    if before is None or before.at_max is None or after is None or after.at_max is None or \
+            before.at_max <= after.at_max + 1e-9:
+        return ""
+    return (f" (the state records it at {money(before.at_max)} before this plan; a record "
+            f"anyone who writes the state can change is no proof of a saving)")
 
 
-def over_budget(cost: PlanCost, planned: set[str]) -> tuple[str, ...]:
-    """Why the plan breaks the budget: only what it makes dearer is judged, so a plan that
-    lowers the cost, or touches nothing dearer, always passes."""
+def over_budget(cost: PlanCost, launched: set[str]) -> tuple[str, ...]:
+    """Why the plan breaks the budget: every cluster it creates or changes, at the price of what
+    its file asks for, whatever the state says it was before; then the project's total after
+    the plan. A plan that launches nothing always passes."""
     budget = cost.budget
-    rising = [c for c in cost.clusters if c.address in planned and dearer(c)]
-    if budget is None or not rising:
+    judged = [c for c in cost.clusters if c.address in launched and c.after is not None]
+    if budget is None or not judged:
         return ()
     over: list[str] = []
-    for item in rising:
+    for item in judged:
         assert item.after is not None
         if item.after.at_max is None:
             over.append(f"{item.address}: its price is unknown, so the budget cannot be checked"
@@ -197,7 +200,8 @@ def over_budget(cost: PlanCost, planned: set[str]) -> tuple[str, ...]:
         elif budget.max_cluster_hourly is not None and \
                 item.after.at_max > budget.max_cluster_hourly + 1e-9:
             over.append(f"{item.address} costs {money(item.after.at_max)} at max_workers, over "
-                        f"the budget's max_cluster_hourly of {money(budget.max_cluster_hourly)}")
+                        f"the budget's max_cluster_hourly of {money(budget.max_cluster_hourly)}"
+                        + _recorded_higher(item))
     if budget.max_hourly is not None:
         total = cost.after
         if total is None:
@@ -207,8 +211,7 @@ def over_budget(cost: PlanCost, planned: set[str]) -> tuple[str, ...]:
                         f"so max_hourly cannot be checked")
         elif total > budget.max_hourly + 1e-9:
             over.append(f"the project's clusters cost {money(total)} at max_workers after this "
-                        f"plan ({signed(cost.change)}), over the budget's max_hourly of "
-                        f"{money(budget.max_hourly)}")
+                        f"plan, over the budget's max_hourly of {money(budget.max_hourly)}")
     return tuple(dict.fromkeys(over))
 
 

@@ -257,14 +257,17 @@ def _check_clusters(experiments: dict[str, Desired], clusters: dict[str, Desired
 
 def _priced(changes: list[Change], clusters: dict[str, Desired], doc: StateDoc,
             budget: Budget | None) -> tuple[list[Change], PlanCost]:
-    """Each cluster change with its price before and after; the plan's cost, with the clusters
-    the plan leaves alone (a partial plan's others) counted in the project's total."""
+    """Each cluster change with its price before (the state's record: shown, not trusted) and
+    after (its file); the plan's cost, with the clusters the plan leaves alone (a partial
+    plan's others) counted in the project's total. The budget judges every cluster the plan
+    launches (creates or changes) by its file (`cost.over_budget`)."""
     recorded = doc.entries("cluster")
     rows: list[tuple[str, bool, dict[str, Any] | None, dict[str, Any] | None]] = []
     for change in changes:
         entry, item = recorded.get(change.name), clusters.get(change.name)
         before = _mapping(entry.get("config")) or None if entry else None
-        rows.append((change.address, True, before, item.config if item else None))
+        launched = item is not None and change.action is not Action.NOOP
+        rows.append((change.address, launched, before, item.config if item else None))
     planned = {c.name for c in changes}
     for name, entry in sorted(recorded.items()):
         if name not in planned:

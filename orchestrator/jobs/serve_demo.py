@@ -5,9 +5,10 @@
 
 As `orchestrate dashboard` does for Ray's dashboard: a one-time link on this machine's loopback
 (`reach.signin.SignIn`) whose opening sets the page's cookie and redirects to the page. The
-cookie carries the page's own secret (made by `orchestrate serve`, kept here 0600; the replica
-holds its SHA-256), never the API token, and is made here: no request to the service carries it
-for the link. Cookies are scoped by host, not port, so one set by the link's 127.0.0.1:PORT with
+cookie is made here when the link is opened, a MAC of its expiry (12 hours on) keyed by the
+page's secret (made by `orchestrate serve`, kept here 0600; the replica holds its SHA-256):
+neither the API token nor the secret itself, and no request to the service carries it for the
+link. Cookies are scoped by host, not port, so one set by the link's 127.0.0.1:PORT with
 the page's Path reaches the page on 127.0.0.1 too (the embedded Ray's proxy, or an SSH forward to
 a cluster's head, held open while this runs). The secret is never in a URL, a page or the
 terminal. An `auth: none` service's page is open: no link, its URL.
@@ -60,9 +61,9 @@ def service_name(target: str) -> str:
 
 
 def demo_cookie(name: str, state: State) -> str:
-    """The `Set-Cookie` that signs a browser in to the page of the service `name`, from what is
-    recorded here when asked (the link's opening); ServeError once the service or its secret is
-    gone."""
+    """The `Set-Cookie` that signs a browser in to the page of the service `name` for
+    `demo_page.LIFETIME` from now, from what is recorded here when asked (the link's opening);
+    ServeError once the service or its secret is gone."""
     from ..workload.demo_page import cookie_header
 
     entry = serve.recorded(name, state)
@@ -96,7 +97,7 @@ def show(name: str, state: State, *, browser: bool, progress: Progress,
     route = str(entry.get("route_prefix") or parts.path).rstrip("/")
     if entry.get("demo") is False:   # recorded so by `serve`: no page, and no secret for one
         raise ServeError(NO_PAGE.format(name=name), hint=NO_PAGE_HINT)
-    cookie = demo_cookie(name, state) if entry.get("auth") else None   # its secret kept here
+    cookie = demo_cookie(name, state) if entry.get("auth") else None   # from the secret kept here
     with serve.reach(parts.hostname or "127.0.0.1", int(parts.port or 80), cluster,
                      state) as base:
         page = base + route + PAGE
@@ -109,8 +110,8 @@ def show(name: str, state: State, *, browser: bool, progress: Progress,
                 open_browser(page, progress)
             _hold(base + route)
             return
-        _ours(base, cluster, state)   # at the moment the secret is sent
-        _has_page(name, page, cookie)   # there, and it takes the secret kept here
+        _ours(base, cluster, state)   # at the moment a sign-in is sent
+        _has_page(name, page, cookie)   # there, and it takes a sign-in of the secret kept here
         with SignIn(base, "", landing=route + PAGE, command=f"orchestrate demo {name}",
                     cookie=lambda: demo_cookie(name, state)) as signin:
             signin.used = lambda: progress("a browser signed in with the one-time link")
@@ -144,15 +145,15 @@ def _has_page(name: str, page: str, cookie: str | None) -> None:
 
 
 def _ours(base: str, cluster: ClusterRecord | None, state: State) -> None:
-    """The page's secret goes only to a listener proven ours: the embedded Ray's proxy, or our
-    forward."""
+    """A sign-in to the page goes only to a listener proven ours: the embedded Ray's proxy, or
+    our forward."""
     if cluster is None:
         serve._proxy_is_the_embedded_rays(base, state)
         return
     try:
         listeners.check(base)
     except listeners.NotOurs as exc:
-        raise ServeError(f"the forward to the service at {base} is not ours: {exc}; no secret "
+        raise ServeError(f"the forward to the service at {base} is not ours: {exc}; no sign-in "
                          f"sent") from None
 
 

@@ -3,8 +3,9 @@
 Ray 2.60's dashboard takes the token three ways: the `Authorization` header (clients), the
 `X-Ray-Authorization` header (proxies), and the `ray-authentication-token` cookie, which its own
 login page gets from `POST /api/authenticate` (token in the `Authorization` header; answer: an
-HttpOnly, SameSite=Strict cookie). A browser cannot be told to send a header, so it needs that
-cookie, and only Ray's endpoint is trusted to make it.
+HttpOnly, SameSite=Strict cookie, `Path=/`, Secure only over HTTPS, whose value is the token
+itself: no session, no expiry on Ray's side, no logout). A browser cannot be told to send a
+header, so it needs that cookie, and only Ray's endpoint is trusted to make it.
 
 `SignIn` serves one link on this machine's loopback, `http://127.0.0.1:PORT/sign-in/NONCE`
 (a random nonce, good once, only while the command runs). Opening it makes us call Ray's
@@ -93,7 +94,8 @@ class SignIn:
                  cookie: Callable[[], str] | None = None,
                  command: str = "orchestrate dashboard") -> None:
         """`cookie`: makes the `Set-Cookie` to hand on (default: Ray's, `ray_cookie`; the demo
-        page of a service: its own secret's, `jobs.serve_demo`, with `token` unused); an
+        page of a service: an expiring sign-in of its own secret, `jobs.serve_demo`, with
+        `token` unused); an
         OrchestrateError it raises is the browser's 502 page; `command`: the one to run again."""
         self.dashboard = dashboard.rstrip("/")
         self._token = token

@@ -9,26 +9,40 @@ external asset: it works on a closed network) that calls the service's own `POST
                      class's probability
 
 Signing in (`auth: token`): a browser cannot be told to send a header, so the page takes a
-cookie instead. It carries the page's own secret, never the API token: `orchestrate serve`
-makes it (kept 0600 beside the token) and sends only its SHA-256 (`demo_sha256` in the
-user_config); `orchestrate demo` sets the cookie from its one-time loopback link. Browsers scope
-cookies by host, not port, so any listener on 127.0.0.1 whose path matches gets the cookie: it
-is HttpOnly, SameSite=Strict, a session cookie, and its Path is the page's (`{route}/demo`),
-which the page's own predict (`POST {route}/demo/predict`) is under. The app takes the cookie
-only there (the page, its predict), never as the API's token, and its predict only with `HEADER`,
-which a page of another origin cannot add without a CORS preflight this app never grants.
+cookie instead. It carries neither the API token nor the page's own secret, but a MAC of an
+expiry: `EXPIRY.HMAC-SHA256(key, "EXPIRY|orchestrate-demo-page")`, good for `LIFETIME` (not
+sliding: a cookie leaked once, from a shared screen, a proxy's log or a browser profile, lets
+its finder in for 12 hours at most, then `orchestrate demo` signs in again). The page's secret
+is made by `orchestrate serve` and kept 0600 beside the token; the key is its SHA-256, the only
+part of it sent (`demo_sha256` in the user_config), so the replica can check a cookie and the
+secret never leaves this machine (whoever reads the Serve config, a token holder, can make a
+sign-in: the config is the key's only copy off this machine). `orchestrate demo` makes the
+cookie when its one-time loopback link is opened. Browsers scope cookies by host, not port, so any listener on
+127.0.0.1 whose path matches gets the cookie: it is HttpOnly, SameSite=Strict, a session
+cookie, and its Path is the page's (`{route}/demo`), which the page's own predict
+(`POST {route}/demo/predict`) is under. The app takes the cookie only there (the page, its
+predict), never as the API's token, and its predict only with `HEADER`, which a page of
+another origin cannot add without a CORS preflight this app never grants.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import html
 import json
 import re
+import time
 from typing import Any
 
 COOKIE = "orchestrate-demo"
 HEADER = "x-orchestrate-demo"
 PAGE_PATH = "/demo"   # under the route; the page's predict: PAGE_PATH + "/predict"
-VALUE = re.compile(r"[0-9A-Za-z_-]{16,256}")
+VALUE = re.compile(r"([0-9]{1,12})\.([0-9a-f]{64})")   # EXPIRY.MAC
+PURPOSE = "orchestrate-demo-page"
+LIFETIME = 12 * 3600   # seconds a sign-in lasts, from the link's opening
+# a cookie whose expiry lies further ahead than LIFETIME was not made by `cookie_header`; the
+# margin is for a clock on the cluster behind this machine's
+CLOCK_MARGIN = 3600
 # the built-in image models' `image_size` when the experiment gives none (workload.models)
 IMAGE_SIZES = {"vit": 224, "cnn": 32}
 TOP_CLASSES = 5   # an image model's classes shown, best first (gr.Label's num_top_classes)
@@ -44,16 +58,34 @@ def cookie_path(route: str) -> str:
 ROUTE = re.compile(r"/[A-Za-z0-9._~/-]*[A-Za-z0-9._~-][A-Za-z0-9._~/-]*")
 
 
-def cookie_header(secret: str, route: str) -> str:
-    """The `Set-Cookie` value for the page's `secret`, for the route's page only (ValueError
-    for a route the service schema does not allow, or `/`)."""
+def mac_key(secret: str) -> str:
+    """The cookie's MAC key as the replica holds it (`demo_sha256`): the secret's SHA-256."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _mac(key: str, expiry: int) -> str:
+    return hmac.new(bytes.fromhex(key), f"{expiry}|{PURPOSE}".encode(),
+                    hashlib.sha256).hexdigest()
+
+
+def cookie_value(secret: str, now: float | None = None) -> str:
+    """`EXPIRY.MAC`: a sign-in to the page of `secret` until `LIFETIME` after `now`."""
+    expiry = int(time.time() if now is None else now) + LIFETIME
+    return f"{expiry}.{_mac(mac_key(secret), expiry)}"
+
+
+def cookie_header(secret: str, route: str, now: float | None = None) -> str:
+    """The `Set-Cookie` value signing a browser in to the page of `secret` for `LIFETIME`, for
+    the route's page only (ValueError for a route the service schema does not allow, or
+    `/`)."""
     if not ROUTE.fullmatch(route):
         raise ValueError(f"{route!r} is not a service's route prefix")
-    return f"{COOKIE}={secret}; Path={cookie_path(route)}; HttpOnly; SameSite=Strict"
+    return (f"{COOKIE}={cookie_value(secret, now)}; Path={cookie_path(route)}; HttpOnly; "
+            f"SameSite=Strict")
 
 
-def cookie_secrets(header: str | None) -> list[str]:
-    """Every secret a `Cookie` header carries under `COOKIE` (a browser sends one per path that
+def cookie_values(header: str | None) -> list[str]:
+    """Every value a `Cookie` header carries under `COOKIE` (a browser sends one per path that
     matches); malformed ones are left out."""
     found = []
     for part in (header or "").split(";"):
@@ -61,6 +93,21 @@ def cookie_secrets(header: str | None) -> list[str]:
         if name == COOKIE and VALUE.fullmatch(value):
             found.append(value)
     return found
+
+
+def signed_in(value: str, key: str, now: float | None = None) -> str | None:
+    """None when `value` is a sign-in made with `key` that has not expired; else why not:
+    "expired" or "wrong" (forged, of another secret, malformed, or not made here)."""
+    found = VALUE.fullmatch(value)
+    if found is None:
+        return "wrong"
+    expiry, mac = int(found[1]), found[2]
+    if not hmac.compare_digest(mac, _mac(key, expiry)):
+        return "wrong"
+    now = time.time() if now is None else now
+    if expiry > now + LIFETIME + CLOCK_MARGIN:
+        return "wrong"
+    return None if now < expiry else "expired"
 
 
 def image_size(card: dict[str, Any]) -> int:

@@ -15,8 +15,9 @@ Everything that may change without restarting a replica is the deployment's `use
 `reconfigure` with it, which loads a new checkpoint beside the one serving and swaps when it is
 ready, so an update drops no request. Only the hashes reach the cluster; the Serve proxy has no
 authentication of its own, so every route but healthz checks `Authorization: Bearer <token>`
-here (`authorized`); the demo page and its predict take the page's cookie, its own secret,
-instead (`demo_authorized`).
+here (`authorized`); the demo page and its predict take the page's cookie instead
+(`demo_authorized`): a MAC of its expiry keyed by the page secret's SHA-256 (`demo_page`), good
+for 12 hours, so a cookie copied once does not open the page for good.
 """
 # No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations
 # (`request: Request`) as objects, and `Request` is imported inside `build`.
@@ -56,21 +57,49 @@ def authorized(headers: Mapping[str, str], config: Mapping[str, Any]) -> bool:
 
 
 def demo_authorized(headers: Mapping[str, str], config: Mapping[str, Any], *,
-                    page: bool = False) -> bool:
+                    page: bool = False, now: float | None = None) -> bool:
     """The demo page (`page`, a navigation) or its predict: with the demo on, the Bearer token,
-    or the page's cookie matching `demo_sha256`; for its predict only with `demo_page.HEADER`,
-    which a page of another origin cannot add without a CORS preflight. Fails closed as
-    `token_matches` does."""
+    or a sign-in cookie of the page (`demo_page.signed_in`, keyed by `demo_sha256`) not yet
+    expired; for its predict only with `demo_page.HEADER`, which a page of another origin
+    cannot add without a CORS preflight. Fails closed as `token_matches` does."""
     if not config.get("demo"):
         return False
     if token_matches(headers.get("authorization"), config):
         return True
-    expected = config.get("demo_sha256")
-    if config.get("auth") != "token" or not isinstance(expected, str) \
-            or not SHA256.fullmatch(expected) or not (page or headers.get(demo_page.HEADER)):
+    if not (page or headers.get(demo_page.HEADER)):
         return False
-    return any(hmac.compare_digest(hashlib.sha256(secret.encode()).hexdigest(), expected)
-               for secret in demo_page.cookie_secrets(headers.get("cookie")))
+    return not_signed_in(headers, config, now) is None
+
+
+def not_signed_in(headers: Mapping[str, str], config: Mapping[str, Any],
+                  now: float | None = None) -> str | None:
+    """None when a page cookie of the request signs it in; else why not: "none" (no cookie),
+    "expired", or "wrong" (forged, another secret's, or the page not signed in to here)."""
+    values = demo_page.cookie_values(headers.get("cookie"))
+    if not values:
+        return "none"
+    key = config.get("demo_sha256")
+    if config.get("auth") != "token" or not isinstance(key, str) or not SHA256.fullmatch(key):
+        return "wrong"
+    found = [demo_page.signed_in(value, key, now) for value in values]
+    if None in found:
+        return None
+    return "expired" if "expired" in found else "wrong"
+
+
+REASONS = {"none": "Your browser is not signed in.",
+           "expired": f"Your browser's sign-in has expired (a sign-in lasts "
+                      f"{demo_page.LIFETIME // 3600} hours).",
+           "wrong": "Your browser's sign-in is not for this service's page as it is now served."}
+
+
+def page_refused(headers: Mapping[str, str], config: Mapping[str, Any], name: str,
+                 now: float | None = None) -> str | None:
+    """The page's sign-in note (served with 401) for a request it does not let in; None: the
+    page."""
+    if demo_authorized(headers, config, page=True, now=now):
+        return None
+    return demo_page.signed_out(name, REASONS[not_signed_in(headers, config, now) or "wrong"])
 
 
 def rows_of(body: Any) -> Any:
@@ -204,13 +233,9 @@ def build(args: dict[str, Any]) -> Any:
         async def demo(self, request: Request) -> Response:
             if not self.auth.get("demo"):
                 return JSONResponse({"detail": "Not Found"}, status_code=404)
-            if not demo_authorized(request.headers, self.auth, page=True):
-                reason = ("Your browser is not signed in." if not demo_page.cookie_secrets(
-                          request.headers.get("cookie")) else
-                          "Your browser's sign-in is not for this service's page as it is now "
-                          "served.")
-                return HTMLResponse(demo_page.signed_out(self.name, reason), status_code=401,
-                                    headers=demo_page.security_headers())
+            note = page_refused(request.headers, self.auth, self.name)
+            if note is not None:   # never the page: its sign-in path again
+                return HTMLResponse(note, status_code=401, headers=demo_page.security_headers())
             if self.loaded is None:
                 return HTMLResponse("The model is loading; reload in a moment.\n",
                                     status_code=503, headers=demo_page.security_headers())

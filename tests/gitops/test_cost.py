@@ -136,12 +136,66 @@ def test_a_plan_over_budget_is_marked_and_apply_refuses_it_naming_the_amounts(pr
     assert "nothing was changed" in done.stderr
 
 
-def test_a_plan_that_lowers_the_cost_is_not_refused_by_a_budget_already_broken(project):
+def inflated(doc: StateDoc, name: str, max_workers: int, instance: str) -> StateDoc:
+    """`doc` as a state writer may leave it: the cluster recorded with more and bigger workers
+    than it was given."""
+    config = doc.resources[f"cluster/{name}"]["config"]
+    for node_type in config["available_node_types"].values():
+        if node_type.get("max_workers"):
+            node_type["max_workers"] = max_workers
+            node_type["node_config"]["InstanceType"] = instance
+    config["max_workers"] = max_workers
+    return doc
+
+
+def test_a_state_recording_a_dearer_before_does_not_pass_an_over_budget_change(project):
+    """Whoever writes the state can record a cluster as bigger than it is: the change the
+    repository then asks for looks like a saving. The budget judges what the file asks for."""
+    doc = inflated(applied(project), "gpu", max_workers=40, instance="g5.12xlarge")
+    head, worker = price("m5.2xlarge"), price("g5.xlarge")
+    budget(project, max_cluster_hourly=round(head + 8 * worker, 2), max_hourly=1000)
+    project.write("clusters", "gpu", aws("gpu", workers=16))   # at max: over the cap
+    plan = planned(project, doc)
+    [change] = plan.actions
+    assert change.price["before"]["at_max"] == pytest.approx(head + 40 * price("g5.12xlarge"),
+                                                             abs=1e-3)   # the state's claim
+    assert plan.cost.change < 0   # as the state tells it, a saving
+    assert len(plan.cost.over) == 1, plan.cost.over
+    assert f"cluster/gpu costs ${head + 16 * worker:,.2f}/h at max_workers" in plan.cost.over[0]
+    assert "the state records it at" in plan.cost.over[0]
+    text = report.text(plan)
+    assert "Over budget" in text and "before: as the state records it" in text
+    assert "before: as the state records it" in report.markdown(plan, None)
+    jsonschema.validate(report.as_json(plan, None), load_schema("plan"))
+
+    from orchestrator.gitops.store import ProjectState
+    from orchestrator.state import State
+
+    from .test_commands import cli  # the CLI, run for real
+    ps = ProjectState.open(load_project(project.root / "orchestrate.yaml"), State.here())
+    ps.read()
+    ps.write(doc)
+    done = cli(project, "apply", "-y", "--allow-destructive")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "over the project's budget" in done.stderr and "cluster/gpu" in done.stderr
+    assert "nothing was changed" in done.stderr and "--allow-over-budget" in done.stderr
+
+
+def test_a_change_is_judged_by_what_it_asks_for_even_when_it_lowers_the_cost(project):
+    """The state cannot show that a change lowers the cost, so a cluster changed is judged by
+    its file under a budget already broken; deleting it is never refused."""
     doc = applied(project)
     budget(project, max_hourly=0.5)
     project.write("clusters", "gpu", aws("gpu", workers=2))
     plan = planned(project, doc)
-    assert plan.cost.change < 0 and plan.cost.over == ()
+    assert plan.cost.change < 0
+    assert any("over the budget's max_hourly of $0.50/h" in why for why in plan.cost.over)
+    budget(project, max_hourly=0.5 + price("m5.2xlarge") + 2 * price("g5.xlarge"))
+    assert planned(project, doc).cost.over == ()   # within the cap: passes
+    budget(project, max_hourly=0.5)
+    project.write("clusters", "gpu", aws("gpu"))   # as applied: nothing launched, not judged
+    plan = planned(project, doc)
+    assert not plan.actions and plan.cost.over == ()
     assert "Within budget" in report.text(plan)
 
 
@@ -190,18 +244,20 @@ def test_deleting_or_keeping_an_unknown_cluster_is_not_judged_by_the_budget(proj
     assert plan.cost.over == ()
 
 
-def test_a_cluster_of_unknown_price_grown_cannot_pass_the_budget_but_a_setup_change_can(project):
-    """Two unknown prices are not equal prices: an unknown cluster made bigger may cost
-    anything; one whose node types, counts and region are untouched costs what it did."""
+def test_a_cluster_of_unknown_price_changed_cannot_pass_the_budget(project):
+    """An unknown price cannot be checked: a cluster changed, grown or not, is over (the state
+    cannot show that its node types are as they were); left as it is, it is not judged."""
     unknown = {**aws("gpu"), "provider": {"type": "aws", "region": "eu-central-1"}}
     project.write("clusters", "gpu", unknown)
     doc = applied(project)
     budget(project, max_cluster_hourly=100, max_hourly=100)
+    assert planned(project, doc).cost.over == ()
     project.write("clusters", "gpu", {**unknown, "setup_commands": ["echo setup"]})
     plan = planned(project, doc)
     [change] = plan.actions
     assert change.price["before"]["at_max"] is None and change.price["after"]["at_max"] is None
-    assert plan.cost.over == ()
+    assert any("cluster/gpu: its price is unknown" in why for why in plan.cost.over), \
+        plan.cost.over
     grown = {**unknown, "workers": {"gpu": {**unknown["workers"]["gpu"], "max_workers": 200,
                                             "instance_type": "p4d.24xlarge"}}}
     project.write("clusters", "gpu", grown)

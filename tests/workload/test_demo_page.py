@@ -1,15 +1,21 @@
 """The demo page's parts that need no Ray: the service file's switch, the cookie and who it lets
 in, the page's text, the model card's example row, and `orchestrate demo`'s sign-in against a
-stand-in service on loopback. The page in a browser, on Ray Serve: test_serve.py, test_predict.py."""
+stand-in service on loopback (the replica's own gate, `serving.page_refused` and
+`demo_authorized`, behind a plain HTTP server). The page in a browser, on Ray Serve:
+test_serve.py, test_predict.py."""
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import hashlib
+import http.cookiejar
 import http.server
 import json
 import re
-import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +28,8 @@ from orchestrator.language.service import load_service
 from orchestrator.reach.signin import SignIn
 from orchestrator.render import service
 from orchestrator.state import demo_key, service_key
-from orchestrator.workload import demo_page
+from orchestrator.util.http import DIRECT
+from orchestrator.workload import demo_page, serving
 from orchestrator.workload.card import example_row
 from orchestrator.workload.serving import authorized, demo_authorized
 
@@ -32,8 +39,9 @@ DEMO_DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()
 ON = {"auth": "token", "token_sha256": DIGEST, "demo": True, "demo_sha256": DEMO_DIGEST}
 
 
-def cookie(secret: str) -> str:
-    return demo_page.cookie_header(secret, "/x").split(";")[0]
+def cookie(secret: str, now: float | None = None) -> str:
+    """`name=value`, as a browser sends the cookie the sign-in link sets."""
+    return demo_page.cookie_header(secret, "/x", now).split(";")[0]
 
 
 def user_config(tmp_path: Path, extra: str) -> dict:
@@ -65,16 +73,22 @@ def test_the_page_is_asked_for_and_off_by_default(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "root.yaml")]) == 0
 
 
-def test_the_cookie_carries_the_pages_secret_for_the_page_only():
-    header = demo_page.cookie_header(SECRET, "/cancer")
-    assert header == f"orchestrate-demo={SECRET}; Path=/cancer/demo; HttpOnly; SameSite=Strict"
+def test_the_cookie_is_an_expiring_mac_of_the_pages_secret_for_the_page_only():
+    header = demo_page.cookie_header(SECRET, "/cancer", now=1_000_000)
+    value = header.split(";")[0].split("=", 1)[1]
+    expiry = 1_000_000 + demo_page.LIFETIME
+    assert header == f"orchestrate-demo={value}; Path=/cancer/demo; HttpOnly; SameSite=Strict"
     assert "Max-Age" not in header and "Expires" not in header and "Domain" not in header
-    assert demo_page.cookie_secrets(f"a=1; {cookie(SECRET)}; b=2") == [SECRET]
+    assert value.startswith(f"{expiry}.") and SECRET not in header and DEMO_DIGEST not in header
+    assert demo_page.signed_in(value, DEMO_DIGEST, now=expiry - 1) is None
+    assert demo_page.signed_in(value, DEMO_DIGEST, now=expiry) == "expired"
+    assert demo_page.cookie_values(f"a=1; orchestrate-demo={value}; b=2") == [value]
     # two services on nested routes: the browser sends both
-    assert demo_page.cookie_secrets(f"{cookie('1' * 32)}; {cookie('2' * 32)}") == \
-        ["1" * 32, "2" * 32]
-    assert demo_page.cookie_secrets(f"{demo_page.COOKIE}=%%%; other=x") == []
-    assert demo_page.cookie_secrets(None) == []
+    one, two = cookie("1" * 32).split("=")[1], cookie("2" * 32).split("=")[1]
+    assert demo_page.cookie_values(f"{cookie('1' * 32)}; {cookie('2' * 32)}") == [one, two]
+    assert demo_page.cookie_values(f"{demo_page.COOKIE}=%%%; other=x") == []
+    assert demo_page.cookie_values(f"{demo_page.COOKIE}={SECRET}") == []   # the raw secret
+    assert demo_page.cookie_values(None) == []
 
 
 def test_who_the_cookie_lets_in():
@@ -99,8 +113,33 @@ def test_who_the_cookie_lets_in():
     assert demo_authorized({}, {"auth": "none", "demo": True}, page=True)
     assert not demo_authorized(script, {"demo": True})     # fails closed, as the token check
     assert not demo_authorized(script, {**ON, "demo_sha256": None}, page=True)
-    # a cookie holding the API token itself (as before) lets no one in
-    assert not demo_authorized({"cookie": cookie(TOKEN), demo_page.HEADER: "1"}, ON, page=True)
+    # a cookie holding the API token itself, or the page's secret itself, lets no one in
+    for raw in (TOKEN, SECRET, DEMO_DIGEST):
+        held = {"cookie": f"{demo_page.COOKIE}={raw}", demo_page.HEADER: "1"}
+        assert not demo_authorized(held, ON, page=True) and not demo_authorized(held, ON)
+
+
+def test_a_sign_in_is_refused_once_expired_tampered_or_made_for_too_long():
+    later = time.time() + demo_page.LIFETIME + 60   # the replica's clock, past the sign-in
+    expired = {"cookie": cookie(SECRET), demo_page.HEADER: "1"}
+    assert demo_authorized(expired, ON, page=True)
+    assert not demo_authorized(expired, ON, page=True, now=later)
+    assert not demo_authorized(expired, ON, now=later)
+    assert "has expired" in serving.page_refused(expired, ON, "svc", now=later)
+    value = cookie(SECRET).split("=", 1)[1]
+    expiry, mac = value.split(".")
+    # the expiry moved on, the MAC kept: tampered
+    moved = {"cookie": f"{demo_page.COOKIE}={int(expiry) + 3600}.{mac}"}
+    assert not demo_authorized(moved, ON, page=True)
+    assert "is not for this service" in serving.page_refused(moved, ON, "svc")
+    # a MAC that is right for an expiry years on was not made by `orchestrate demo`
+    far = int(time.time()) + 10 * 365 * 86400
+    forged = {"cookie": f"{demo_page.COOKIE}={far}.{demo_page._mac(DEMO_DIGEST, far)}"}
+    assert not demo_authorized(forged, ON, page=True)
+    # one good cookie among bad ones (nested routes) lets in
+    both = {"cookie": f"{moved['cookie']}; {cookie(SECRET)}"}
+    assert serving.page_refused(both, ON, "svc") is None
+    assert "not signed in" in serving.page_refused({}, ON, "svc")
 
 
 def test_the_page_holds_the_card_and_nothing_runs_but_its_own_script():
@@ -173,10 +212,115 @@ def test_the_sign_in_link_sets_the_pages_cookie_and_no_token(state):
         assert answer.value.code == 303
         assert answer.value.headers["Location"] == base + "/svc/demo"
         header = answer.value.headers["Set-Cookie"]
-        assert header == demo_page.cookie_header(secret, "/svc") and token not in header
+        name, _, rest = header.partition("=")
+        value, _, flags = rest.partition(";")
+        assert name == demo_page.COOKIE and flags == " Path=/svc/demo; HttpOnly; SameSite=Strict"
+        assert demo_page.signed_in(value, demo_page.mac_key(secret)) is None
+        assert token not in header and secret not in header
         with pytest.raises(urllib.error.HTTPError) as again:
             opener.open(signin.url, timeout=10)
         assert again.value.code == 410 and b"orchestrate demo svc" in again.value.read()
+
+
+class Replica(http.server.BaseHTTPRequestHandler):
+    """A stand-in for the Serve replica's demo routes, on loopback: the replica's own gate
+    (`serving.page_refused`, `demo_authorized`) with its user_config, and a page that says so."""
+    config: dict = {}
+
+    def answer(self, status: int, body: str) -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path != "/svc/demo":
+            return self.answer(404, "")
+        note = serving.page_refused(self.headers, self.config, "svc")
+        return self.answer(401, note) if note is not None else self.answer(200, "the page")
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.path != "/svc/demo/predict":
+            return self.answer(404, "")
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        return self.answer(200, "predictions") if demo_authorized(self.headers, self.config) \
+            else self.answer(401, "missing or wrong token")
+
+    def log_message(self, *_: object) -> None:
+        return
+
+
+@contextlib.contextmanager
+def on_loopback(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` answering on 127.0.0.1 (any port) in this process until the block ends."""
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server, \
+            concurrent.futures.ThreadPoolExecutor(1) as serving_thread:
+        serving_thread.submit(server.serve_forever)
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()   # serve_forever returns; the pool, then the socket, close
+
+
+def replica(secret: str) -> contextlib.AbstractContextManager[str]:
+    """The stand-in replica serving the page of `secret` as `orchestrate serve` configures it
+    (only the secret's SHA-256 in its config), at the URL it yields."""
+    Replica.config = {"auth": "token", "token_sha256": DIGEST, "demo": True,
+                      "demo_sha256": hashlib.sha256(secret.encode()).hexdigest()}
+    return on_loopback(Replica)
+
+
+def status(url: str, cookie_value: str | None = None, *, post: bool = False) -> tuple[int, str]:
+    headers = {"Cookie": f"{demo_page.COOKIE}={cookie_value}"} if cookie_value else {}
+    if post:
+        headers[demo_page.HEADER] = "1"
+    request = urllib.request.Request(url, data=b"[]" if post else None, headers=headers)
+    try:
+        with DIRECT.open(request, timeout=10) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_a_browser_signed_in_by_the_link_gets_the_page_but_a_copied_secret_does_not(state):
+    """Over HTTP on loopback: the one-time link sets the cookie in a cookie jar (as a browser
+    keeps it, by its Path) and the redirect brings it to the page, which opens. The page's
+    secret itself as the cookie (what a leaked cookie held before: good forever) opens neither
+    the page nor its predict; nor does a sign-in expired, or tampered with."""
+    served(state)
+    secret = state.secrets.read(demo_key("svc"))
+    raw = {"cookie": f"{demo_page.COOKIE}={secret}", demo_page.HEADER: "1"}
+    assert not demo_authorized(raw, {**ON, "demo_sha256": hashlib.sha256(secret.encode())
+                                     .hexdigest()}, page=True)
+    with replica(secret) as base:
+        state.store.record_service("svc", {**state.store.service("svc"), "url": base + "/svc"})
+        jar = http.cookiejar.CookieJar()
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar),
+                                              urllib.request.ProxyHandler({}))
+        with SignIn(base, "", landing="/svc/demo", command="orchestrate demo svc",
+                    cookie=lambda: serve_demo.demo_cookie("svc", state)) as signin, \
+                browser.open(signin.url, timeout=10) as page:   # 303, then the page
+            assert page.status == 200 and page.read() == b"the page"
+        [kept] = list(jar)
+        assert kept.name == demo_page.COOKIE and kept.path == "/svc/demo" and not kept.expires
+        assert secret not in kept.value
+        assert status(base + "/svc/demo", kept.value) == (200, "the page")
+        assert status(base + "/svc/demo/predict", kept.value, post=True) == (200, "predictions")
+
+        code, note = status(base + "/svc/demo", secret)   # the secret itself: refused
+        assert code == 401 and "orchestrate demo svc" in note and "the page" not in note
+        assert status(base + "/svc/demo/predict", secret, post=True)[0] == 401
+        expired = demo_page.cookie_value(secret, now=time.time() - demo_page.LIFETIME - 60)
+        code, note = status(base + "/svc/demo", expired)
+        assert code == 401 and "has expired" in note and "orchestrate demo svc" in note
+        assert status(base + "/svc/demo/predict", expired, post=True)[0] == 401
+        expiry, mac = kept.value.split(".")
+        tampered = f"{expiry}.{mac[:-1]}{'0' if mac[-1] != '0' else '1'}"
+        assert status(base + "/svc/demo", tampered)[0] == 401
+        assert status(base + "/svc/demo/predict", tampered, post=True)[0] == 401
+        other = demo_page.cookie_value("another secret")   # another page's sign-in
+        assert status(base + "/svc/demo", other)[0] == 401
 
 
 def test_a_sign_in_whose_service_is_gone_answers_a_page(state):
@@ -249,18 +393,9 @@ class Health(http.server.BaseHTTPRequestHandler):
 
 
 def test_demo_holds_on_through_a_blip_and_gives_up_on_a_gone_service():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     Health.answers, Health.asked = [200, 503, 503, 503, 200, 502, 200], 0
-    try:
-        with pytest.raises(ServeError, match="stopped answering"):
-            serve_demo._hold(f"http://127.0.0.1:{server.server_address[1]}", every=0.01,
-                             give_up=0.3)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with on_loopback(Health) as base, pytest.raises(ServeError, match="stopped answering"):
+        serve_demo._hold(base, every=0.01, give_up=0.3)
     assert Health.asked > 8   # every scripted answer asked, then a run of 404s
 
 

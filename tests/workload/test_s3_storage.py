@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.state import State, demo_key
-from orchestrator.workload.demo_page import HEADER
+from orchestrator.workload.demo_page import HEADER, cookie_header
 from tests.moto_server import aws_env, make_bucket, moto_server  # noqa: F401 - fixtures
 
 from .conftest import MLP, TABLE
@@ -94,7 +94,8 @@ def test_a_run_on_s3_storage_trains_predicts_and_serves(aws_env, experiment, dat
                 for row in rows]
         status, answer = call(url + "/predict", rows, token=token)
         assert status == 200 and len(answer["predictions"]) == 3, answer
-        cookie = f"orchestrate-demo={State.here().secrets.read(demo_key('s3-cancer'))}"
+        secret = State.here().secrets.read(demo_key("s3-cancer"))
+        cookie = cookie_header(secret, "/s3-cancer").split(";")[0]
         page = urllib.request.Request(url + "/demo", headers={"Cookie": cookie})
         with urllib.request.urlopen(page, timeout=60) as answered:
             assert answered.status == 200 and "mean radius" in answered.read().decode()

@@ -18,6 +18,7 @@ import yaml
 
 from orchestrator.cli import main
 from orchestrator.state import State, demo_key
+from orchestrator.workload import demo_page
 from orchestrator.workload.demo_page import HEADER
 
 from .demo_browser import answered, refused, same_answer, screenshot, signed_in, status_of
@@ -148,7 +149,8 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     assert Counter(codes) == Counter({200: len(codes)})
     # the new file asks for no page: none served (its routes answer as any unknown one)
     assert status_of(url + "/demo") == 404
-    page_cookie = {"Cookie": f"orchestrate-demo={secret}", HEADER: "1"}
+    page_cookie = {"Cookie": demo_page.cookie_header(secret, "/cancer").split(";")[0],
+                   HEADER: "1"}
     assert status_of(url + "/demo/predict", page_cookie, method="POST") == 404
     assert not demo_file.exists()   # on again: a new secret, the old cookie lets no one in
     status, metadata = call(url + "/metadata", token=token)
@@ -191,12 +193,16 @@ def check_table_page(url: str, token: str, secret: str, card: dict, frame: pd.Da
     assert card["column_kinds"] == dict.fromkeys(features, "number")
     # the page's script asks its predict with the cookie and its header; the cookie alone does
     # not do, nor does it open the API, nor is the page's secret a token
-    cookie = {"Cookie": f"orchestrate-demo={secret}"}
+    cookie = {"Cookie": demo_page.cookie_header(secret, "/cancer").split(";")[0]}
     # (in, and refused for its body only: `[]` has none of the columns)
     assert status_of(url + "/demo/predict", {**cookie, HEADER: "1"}, method="POST") == 400
     assert status_of(url + "/demo/predict", cookie, method="POST") == 401
     assert status_of(url + "/predict", {**cookie, HEADER: "1"}, method="POST") == 401
     assert status_of(url + "/metadata", {**cookie, HEADER: "1"}) == 401
+    # the page's secret itself is no sign-in (a cookie leaked once would open the page for good)
+    raw = {"Cookie": f"orchestrate-demo={secret}", HEADER: "1"}
+    assert status_of(url + "/demo", raw) == 401
+    assert status_of(url + "/demo/predict", raw, method="POST") == 401
     assert status_of(url + "/predict", {"Authorization": f"Bearer {secret}"}, method="POST") == 401
     assert status_of(url + "/sign-in", {"Authorization": f"Bearer {token}"}, method="POST") == 404
 
