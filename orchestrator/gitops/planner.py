@@ -117,8 +117,9 @@ def what_runs(entry: Entry) -> list[str]:
     known = providers.PROVIDERS.get(str(provider.get("type")))
     if known is not None and known.LAUNCH == providers.kuberay.LAUNCH:   # no `ray down`, no ssh
         name, namespace = entry.get("name"), provider.get("namespace")
-        return [f"delete the RayCluster {namespace!r}/{name!r} and its token's Secret "
-                f"{namespace!r}/{secret_name(str(name))!r} through the Kubernetes API, "
+        return [f"delete the RayCluster {namespace!r}/{name!r}, its token's Secret "
+                f"{namespace!r}/{secret_name(str(name))!r} and its NetworkPolicy through the "
+                f"Kubernetes API, "
                 + (f"kubeconfig context {provider['context']!r}" if provider.get("context")
                    else "the kubeconfig's current context")]
     auth = _mapping(config.get("auth"))

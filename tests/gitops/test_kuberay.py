@@ -103,8 +103,8 @@ def test_plan_of_a_kuberay_cluster_create_update_delete(project, capsys):
     jsonschema.validate(as_json, schema)
     assert [(c["address"], c["action"]) for c in as_json["changes"]] == \
         [("cluster/kr", "delete"), ("cluster/other", "create")]
-    assert "delete the RayCluster 'ml'/'kr' and its token's Secret 'ml'/'orchestrate-kr' " \
-           "through the Kubernetes API, the kubeconfig's current context" in text
+    assert "delete the RayCluster 'ml'/'kr', its token's Secret 'ml'/'orchestrate-kr' and its " \
+           "NetworkPolicy through the Kubernetes API, the kubeconfig's current context" in text
     assert "ray down" not in text and "ssh" not in text
 
 
