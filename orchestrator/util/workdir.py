@@ -8,9 +8,10 @@ syntax, so the digest covers exactly what is uploaded and the size is known befo
 (tests/util/test_workdir.py compares the list with Ray's own zip).
 
 The same walk refuses what must not leave this machine (`private`): files that by their name or
-their first bytes hold a credential, and, in a working_dir others may read, files or folders open
-to their owner only. What it finds is a SpecError naming each, with how to leave it out: the
-Job API's upload and a RayJob's package store both ship what `scan` lists, so neither gets it.
+their first bytes hold a credential, and, in a working_dir others may read, files open to their
+owner only (not folders: tools make 0700 folders of files meant to be read). What it finds is a
+SpecError naming each, with how to leave it out: the Job API's upload and a RayJob's package
+store both ship what `scan` lists, so neither gets it.
 """
 from __future__ import annotations
 
@@ -133,29 +134,23 @@ def scan(root: Path, excludes: tuple[str, ...], include_gitignore: bool = True, 
     rules: list[Callable[[Path], bool]] = [_matcher(root, list(excludes))]
     shared = bool(root.stat().st_mode & 0o077)   # else its modes say nothing of one file
 
-    def walk(path: Path, inside: tuple[str, tuple[str, str]] | None) -> None:
-        """`inside`: the private folder `path` is in (refused once, if it holds a file Ray
-        would ship: an exclude such as `/folder/` leaves out its files, not the folder)."""
+    def walk(path: Path) -> None:
         added = _ignore_files(path, include_gitignore) if path.is_dir() else []
         rules.extend(added)
         if not any(rule(path) for rule in rules):
-            relative = path.relative_to(root).as_posix()
-            check = refuse_private and path != root and inside is None
-            why = private(path, relative, shared) if check else None
             if path.is_dir():
-                inside = (relative + "/", why) if why is not None else inside
                 for child in path.iterdir():
-                    walk(child, inside)
+                    walk(child)
             elif path.is_file():
-                if inside is not None:
-                    refused.setdefault(*inside)
-                elif why is not None:
+                relative = path.relative_to(root).as_posix()
+                why = private(path, relative, shared) if refuse_private else None
+                if why is not None:
                     refused[relative] = why
                 else:
                     found.append((relative, path.stat().st_size))
         del rules[len(rules) - len(added):]
 
-    walk(root, None)
+    walk(root)
     if refused:
         place = problem or (lambda message, hint: Problem(str(root), message, field="working_dir",
                                                           hint=hint))
@@ -169,16 +164,17 @@ def scan(root: Path, excludes: tuple[str, ...], include_gitignore: bool = True, 
 def private(path: Path, relative: str, shared: bool) -> tuple[str, str] | None:
     """(why, how else to ship it) when the file or folder at `path` must not leave this
     machine: a credential by name or content, or, in a working_dir others may read (`shared`),
-    something its owner made private (no access for group and others)."""
+    a file its owner made private (no access for group and others)."""
     if not (path.is_file() or path.is_dir()):   # a dangling link, a socket: never shipped
         return None
     mode = path.stat().st_mode
-    if shared and not mode & 0o077:
-        kind = "a folder" if path.is_dir() else "a file"
-        return (f"{kind} open to its owner only (mode {mode & 0o777:04o}) in a working_dir that "
+    # Files only: a folder made 0700 says little of its files (tempfile.mkdtemp, `mktemp -d`
+    # and pytest make every folder so), while a 0600 file is one its owner kept to themselves.
+    if shared and path.is_file() and not mode & 0o077:
+        return (f"a file open to its owner only (mode {mode & 0o777:04o}) in a working_dir that "
                 "is not: its owner made it private",
                 f"; if it is meant to ship, let its group read it "
-                f"(chmod -R g+rX {shlex.quote(relative)})")
+                f"(chmod g+r {shlex.quote(relative)})")
     if not path.is_file():
         return None
     for what, patterns in SECRET_NAMES:

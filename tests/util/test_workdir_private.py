@@ -61,7 +61,7 @@ def test_secret_names_and_owner_only_files_are_refused_each_named_with_how_to_le
         assert "not shown" not in text and "abc" not in text   # named, never read out
     assert "dotenv" in found[".env"] and "from_env" in found[".env"]
     assert "SSH private key" in found["id_rsa"]
-    assert "mode 0600" in found["notes.txt"] and "chmod -R g+rX notes.txt" in found["notes.txt"]
+    assert "mode 0600" in found["notes.txt"] and "chmod g+r notes.txt" in found["notes.txt"]
 
 
 def test_run_refuses_them_before_any_ray_and_ships_them_to_no_one_once_excluded(tmp_path,
@@ -117,15 +117,20 @@ def test_modes_say_nothing_in_a_working_dir_open_to_its_owner_only(tmp_path):
     assert list(refused(root)) == [".env"]
 
 
-def test_a_private_folder_is_refused_once_as_a_folder(tmp_path):
+def test_a_private_folder_ships_its_readable_files_and_refuses_its_private_ones(tmp_path):
+    """A folder's mode says little (tempfile.mkdtemp, `mktemp -d` and pytest make them 0700):
+    its files are judged each by its own."""
     root = tmp_path / "code"
     root.mkdir()
-    write(root, {"train.py": "print(1)\n", "keys/a.txt": "a\n", "keys/b.txt": "b\n"})
-    os.chmod(root / "keys", 0o700)
+    write(root, {"train.py": "print(1)\n", "data/a.csv": "a\n", "data/notes.txt": "n\n"})
+    os.chmod(root / "data", 0o700)
+    os.chmod(root / "data" / "notes.txt", 0o600)
     found = refused(root)
-    assert list(found) == ["keys/"]
-    assert "a folder open to its owner only (mode 0700)" in found["keys/"]
-    assert 'add "/keys/" to runtime_env.excludes' in found["keys/"]
+    assert list(found) == ["data/notes.txt"]
+    assert "a file open to its owner only (mode 0600)" in found["data/notes.txt"]
+    os.chmod(root / "data" / "notes.txt", 0o644)
+    assert [n for n, _ in scan(root, DEFAULT_EXCLUDES).files] == [
+        "data/a.csv", "data/notes.txt", "train.py"]
 
 
 def test_private_keys_and_tokens_are_found_by_their_content(tmp_path):
@@ -163,6 +168,7 @@ def test_a_private_folder_whose_files_are_all_excluded_is_not_refused(tmp_path):
     root.mkdir()
     write(root, {"train.py": "print(1)\n", "keys/a.txt": "a\n"})
     os.chmod(root / "keys", 0o700)
+    os.chmod(root / "keys" / "a.txt", 0o600)
     assert [n for n, _ in scan(root, (*DEFAULT_EXCLUDES, "/keys/")).files] == ["train.py"]
 
 
