@@ -35,6 +35,7 @@ from .checkout import checkout, plain_host
 from .desired import Desired, from_file
 from .live import ClusterLive, Live
 from .store import ProjectState
+from .vouch import pins
 
 
 def _jobs(address: str, token: str | None) -> dict[str, str]:
@@ -78,8 +79,8 @@ def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State,
 def _pins(machine: State, scratch: State, name: str) -> None:
     """The host keys this machine pinned for the cluster, where the scratch checkout's ssh
     checks them: a head reached before must offer the same key again."""
-    mine = machine.store.workspace(name) / known_hosts.FILE
-    if mine.is_file():
+    mine = pins(machine, name)
+    if mine is not None:
         atomic_write(known_hosts.path(scratch, name), mine.read_text(errors="replace"),
                      mode=0o600)
 

@@ -18,6 +18,7 @@ namespace its config names: the state's namespace is taken only when it is the f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .. import providers
@@ -32,13 +33,23 @@ class Vouched:
     note: str | None = None        # the state said another address than the one taken
 
 
+def pins(machine: State, name: str) -> Path | None:
+    """The host keys this machine pinned for the cluster (None: it never reached it; nothing
+    is made on this machine for a cluster it does not record)."""
+    from ..launch.known_hosts import FILE
+
+    if machine.store.read_cluster(name) is None:
+        return None
+    file = machine.store.workspace(name) / FILE
+    return file if file.is_file() else None
+
+
 def pinned(machine: State, name: str, host: str) -> bool:
     """Whether this machine pinned a host key for `host` as one of the cluster's hosts."""
-    from ..launch.known_hosts import FILE
     from ..util import ssh
 
-    file = machine.store.workspace(name) / FILE
-    return file.is_file() and bool(ssh.known_keys(file, host))
+    file = pins(machine, name)
+    return file is not None and bool(ssh.known_keys(file, host))
 
 
 def _kuberay(name: str, recorded: dict[str, Any], wanted: dict[str, Any] | None,

@@ -19,7 +19,7 @@ import pytest
 
 from orchestrator.gitops.store import ProjectState
 from orchestrator.language.project import load_project
-from orchestrator.state import State, cluster_key
+from orchestrator.state import ClusterRecord, State, cluster_key
 
 from ..moto_server import REGION as MOTO_REGION
 from ..moto_server import aws_env, moto_server  # noqa: F401 - fixtures
@@ -103,6 +103,8 @@ def test_plan_and_apply_send_nothing_to_a_head_only_the_state_names(project, tmp
         in done.stdout, done.stdout
     assert f"AWS {REGION} could not be asked" in done.stdout
     assert "ec2:DescribeInstances" in done.stdout
+    # a runner that never reached the cluster keeps nothing of it (not even an empty folder)
+    assert not (tmp_path / "home" / "clusters").exists()
 
     # apply: the experiment changed, so it would be submitted to the cluster: refused, named
     project.write("experiments", "mnist", experiment("mnist", "../clusters/gpu.yaml", epochs=2))
@@ -136,6 +138,10 @@ def test_the_cloud_names_the_head_and_the_states_other_address_is_not_reached(
 
 def test_a_head_this_machine_pinned_is_reached_with_its_pin(project, tmp_path):
     state_naming(project, STATE_SAYS)
+    # this machine reached that head before: it records the cluster and pinned the head's key
+    State.here().store.write_cluster(ClusterRecord(
+        name="gpu", provider="aws", file=str(project.root / "clusters" / "gpu.yaml"),
+        config_hash="", state="up", head_ip=STATE_SAYS, dashboard_host="127.0.0.1"))
     pin = f"{STATE_SAYS} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
     (State.here().store.workspace("gpu") / "known_hosts").write_text(pin)
     done = cli(project, "plan")
