@@ -1,9 +1,9 @@
 """Autostop on real heads over real SSH: the watcher that `up` starts on the head takes an
 on-prem cluster down by itself, when idle (never while a job runs) and at its maximum uptime
 (even with a job running), archiving the logs first, so `orchestrate logs` still answers. Both
-clusters at once, to pay the waiting once. The idle limit is a quarter of a minute (the same
-code as a whole minute: the limit is minutes, fractions allowed) so that the job that outlives
-it, and the wait after it, stay short."""
+clusters at once, to pay the waiting once. The idle limit is half a minute (the same code as a
+whole minute: the limit is minutes, fractions allowed) so that the job that outlives it, and the
+wait after it, stay short."""
 from __future__ import annotations
 
 import json
@@ -23,8 +23,12 @@ pytestmark = [pytest.mark.ssh]
 
 # The watcher polls every second on these hosts (10 s by default), so a limit is seen at once.
 FAST_POLL = {"environment": {"ORCHESTRATE_AUTOSTOP_POLL_S": "1"}}
-IDLE_LIMIT_S = 15       # idle_minutes: 0.25
-BUSY_FOR_S = 25         # a job longer than the idle limit: the cluster must outlive it
+# The idle clock starts when `up` ends, and the test's job must reach the head before it runs
+# out: with a quarter of a minute, submitting it through the SSH forward once took longer on a
+# loaded machine, and the watcher rightly stopped the idle cluster first.
+IDLE_MINUTES = 0.5
+IDLE_LIMIT_S = IDLE_MINUTES * 60
+BUSY_FOR_S = 45         # a job longer than the idle limit: the cluster must outlive it
 # max_uptime_minutes, counted from Ray's start on the head: the job submitted after `up` must
 # have printed by then for `logs` to find its words in the archive. With a minute, on a machine
 # a third slower with the other ssh tests and the many tier beside it, `up` and the job's start
@@ -80,14 +84,19 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
     try:
         # Each cluster gets its job as soon as it is up (the idle clock starts when `up` ends): one
         # that outlives the uptime limit, and one longer than the idle limit.
+        submitted_after: dict[str, float] = {}   # seconds from `up`'s end to the job's submission
+
         def up(machine, name, autostop, entrypoint, **archive):
             handle = launch(machine, tmp_path / name, f"{name}-{machine.name}", autostop=autostop,
                             **archive)
             handles.append(handle)
-            return handle, submit(handle, entrypoint)
+            ended = time.monotonic()
+            job = submit(handle, entrypoint)
+            submitted_after[name] = round(time.monotonic() - ended, 1)
+            return handle, job
 
         with ThreadPoolExecutor(2) as pool:
-            idle_up = pool.submit(up, idle_machine, "idle", {"idle_minutes": 0.25},
+            idle_up = pool.submit(up, idle_machine, "idle", {"idle_minutes": IDLE_MINUTES},
                                   f"echo {SAID}; sleep {BUSY_FOR_S}", archive=f"file://{shared}")
             # no `archive:`: the head's own folder, which outlives the cluster on-prem
             uptime_up = pool.submit(up, uptime_machine, "uptime",
@@ -110,7 +119,9 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
             assert rows[-1]["reason"] == f"max uptime {UPTIME_MINUTES:g} min reached", rows[-1]
         assert until(lambda: job_status(idle, busy) == "RUNNING", timeout=60)
         seen = watched(idle, since=time.time())   # a poll that can have seen the job running
-        assert seen[-1]["idle_seconds"] is None and seen[-1]["limit"] is None, seen[-3:]
+        assert seen[-1]["idle_seconds"] is None and seen[-1]["limit"] is None, (
+            f"the job was submitted {submitted_after} s after `up` ended "
+            f"(idle limit {IDLE_LIMIT_S:g} s)", seen[-3:])
 
         # The idle cluster lives through its job (which succeeds), then stops within the idle
         # limit and a few polls; the other stops at its uptime, its job still running.
@@ -126,7 +137,7 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
 
         # `status` says why, read from the head's watcher (Ray no longer answers).
         # (the watcher writes why once the takedown is over: asked until it has)
-        for handle, reason in ((idle, "idle for 0.25 min"),
+        for handle, reason in ((idle, f"idle for {IDLE_MINUTES:g} min"),
                                (uptime, f"max uptime {UPTIME_MINUTES:g} min reached")):
             assert until(lambda h=handle: status_of(h)["autostop"].get("stopped_at") is not None,
                          timeout=60), status_of(handle)
@@ -141,7 +152,8 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
         # The logs were archived before the takedown, where the file said; `logs` reads them
         # there now that no Ray answers, and the archive says why it was made.
         [kept] = (shared / idle.name).iterdir()
-        assert json.loads((kept / "stopped.json").read_text())["reason"] == "idle for 0.25 min"
+        assert json.loads((kept / "stopped.json").read_text())["reason"] == \
+            f"idle for {IDLE_MINUTES:g} min"
         assert busy in {job["submission_id"] for job in
                         json.loads((kept / "jobs.json").read_text())}
         shown = idle.cli("logs", busy, "--cluster", idle.name)   # submitted past orchestrate
