@@ -64,7 +64,7 @@ def _kuberay(name: str, recorded: dict[str, Any], wanted: dict[str, Any] | None,
 
 
 def head_of(name: str, provider: str, recorded_head: str | None, recorded: dict[str, Any],
-         wanted: dict[str, Any] | None, machine: State, where: str) -> Vouched:
+            wanted: dict[str, Any] | None, machine: State, where: str) -> Vouched:
     """The head address to reach for a cluster the state records (cloud and KubeRay ones; an
     on-prem one's comes from its file). `wanted`: the repository's file rendered (None: gone;
     then the cloud is asked where the state's config says, as `ray down` would act there)."""

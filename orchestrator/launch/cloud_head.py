@@ -1,5 +1,5 @@
 """Which instance is a cloud cluster's head, as the cloud says: the one running with Ray's tags
-(`ray-cluster-name`, `ray-node-kind=head`), found by Ray's own launcher code (`ray get-head-ip`'s
+(`ray-cluster-name`, `ray-node-type=head`), found by Ray's own launcher code (`ray get-head-ip`'s
 `get_head_node_ip`) with this machine's credentials, in the location the given config names.
 
     running_head(config) -> str | None      its address (None: no running head there)
@@ -60,9 +60,8 @@ def running_head(config: dict[str, Any]) -> str | None:
 
 
 def _reason(exc: BaseException, said: str) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    lines = [line.strip() for line in said.splitlines() if line.strip()]
-    first = text.splitlines()[0][:300]
-    if not str(exc).strip() and lines:
-        first = lines[-1][:300]
-    return f"{type(exc).__name__}: {first}" if type(exc).__name__ not in first else first
+    """One line: the exception's own words, else the last thing Ray's launcher printed."""
+    kind = type(exc).__name__
+    lines = [line.strip() for line in (str(exc).strip() or said).splitlines() if line.strip()]
+    first = (lines[0] if str(exc).strip() else lines[-1])[:300] if lines else kind
+    return first if kind in first else f"{kind}: {first}"
