@@ -31,7 +31,7 @@ from ..state.folder import FolderStore
 from ..state.secrets import FileSecrets
 from ..util.files import atomic_write, private_folder
 from ..util.http import HttpError, get_json
-from .checkout import checkout, plain_host
+from .checkout import checkout
 from .desired import Desired, from_file
 from .live import ClusterLive, Live
 from .store import ProjectState
@@ -56,8 +56,6 @@ def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State,
         return ClusterLive(None, f"the state says its head is {recorded!r}, its file names "
                                  f"{named!r}", asked=False)
     try:
-        if recorded is not None:
-            plain_host(recorded, f"cluster/{entry.get('name')} in the state: record.head_ip")
         _pins(ps.machine, scratch, str(entry.get("name")))
         checked_out = checkout(entry, ps, scratch, wanted)
         record = checked_out.reachable()
