@@ -19,12 +19,28 @@ QUICKSTART = "bash scripts/setup.sh && .venv/bin/orchestrate run experiments/qui
 TESTS = "bash scripts/test.sh"
 
 
-def _schema_docs():  # scripts/ is not a package
-    spec = importlib.util.spec_from_file_location("schema_docs", ROOT / "scripts" / "schema_docs.py")
+def _script(name: str):  # scripts/ is not a package
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _schema_docs():
+    return _script("schema_docs")
+
+
+def test_the_command_reference_is_what_the_parser_gives() -> None:
+    doc = ROOT / "docs" / "commands.md"
+    text = doc.read_text()
+    assert _script("command_docs").render(text) == text, (
+        "docs/commands.md's command reference differs from the CLI's parser; run: "
+        ".venv/bin/python scripts/command_docs.py")
+    from orchestrator.cli import COMMANDS
+
+    for verb in COMMANDS:
+        assert f"### `{verb}`" in text, verb
 
 
 def test_field_tables_are_what_the_schemas_give() -> None:
