@@ -41,6 +41,9 @@ def test_the_command_reference_is_what_the_parser_gives() -> None:
 
     for verb in COMMANDS:
         assert f"### `{verb}`" in text, verb
+    unexplained = [line for line in text.splitlines() if line.startswith("| `")
+                   and line.endswith("|  |")]
+    assert not unexplained, f"arguments without a help text: {unexplained}"
 
 
 def test_field_tables_are_what_the_schemas_give() -> None:

@@ -12,7 +12,8 @@ from .plan import add_project_argument, open_project
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("lock_id", metavar="LOCK_ID")
+    parser.add_argument("lock_id", metavar="LOCK_ID",
+                        help="the lock's id, as the command it stopped printed it (lock id ...)")
     add_project_argument(parser)
     parser.set_defaults(paths=[])
 

@@ -34,10 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="default: from the data's suffix, as for datasets")
     parser.add_argument("--output", required=True,
                         help="a folder (path or URI): predictions/ and predict_summary.json go there")
-    parser.add_argument("--output-format", choices=("parquet", "csv", "json"), default="parquet")
+    parser.add_argument("--output-format", choices=("parquet", "csv", "json"), default="parquet",
+                        help="how the predictions are written (default: parquet)")
     parser.add_argument("--checkpoint", choices=("best", "latest"), default="best",
                         help="of a run: the best by the experiment's checkpoint score, or the last")
-    parser.add_argument("--batch-size", type=_positive(int), default=256)
+    parser.add_argument("--batch-size", type=_positive(int), default=256, metavar="ROWS",
+                        help="rows per batch handed to the model (default: 256)")
     parser.add_argument("--workers", type=_positive(int), default=1,
                         help="actors that each load the model once (default 1)")
     parser.add_argument("--gpus", type=_positive(float), default=0.0, help="GPUs per actor")

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("experiment", metavar="EXPERIMENT.yaml")
+    parser.add_argument("experiment", metavar="EXPERIMENT.yaml", help="the experiment YAML file")
     parser.add_argument("--detach", action="store_true", help="return once the job is submitted")
     parser.add_argument("--force", action="store_true",
                         help="submit even if this exact experiment was already submitted")

@@ -9,7 +9,9 @@ from pathlib import Path
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("plan_file", metavar="PLANFILE", help="a plan saved by `plan --out`")
-    parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    parser.add_argument("--format", choices=("text", "json", "markdown"), default="text",
+                        help="text for people, json for scripts, markdown for a pull request "
+                             "comment (default: text)")
 
 
 def run(args: argparse.Namespace) -> int:

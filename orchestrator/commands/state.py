@@ -14,11 +14,14 @@ from .plan import add_project_argument, open_project
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=("list", "show", "rm"))
+    parser.add_argument("action", choices=("list", "show", "rm"),
+                        help="list every entry, show one, or rm (forget) one without touching "
+                             "what it describes")
     parser.add_argument("address", nargs="?", metavar="ADDRESS",
                         help="cluster/NAME or experiment/NAME (for show and rm)")
     add_project_argument(parser)
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="output format: text for people, json for scripts (default: text)")
     parser.set_defaults(paths=[])
 
 
