@@ -4,7 +4,7 @@ warm embedded Ray. Does it keep up, does anything deadlock, is any run lost?
 The experiments: the quickstart (`experiments/quickstart.yaml`, an MLP on the breast-cancer
 CSVs) with 1 worker and 1 epoch, each with a learning rate and a name of its own (so a
 submission id of its own), all in one folder (one working_dir, shipped once). One embedded Ray
-(ORCHESTRATE_HOME in a temporary folder, ORCHESTRATE_LOCAL_RAY_IDLE=30m), started by an untimed
+(ORCHESTRATE_HOME in a temporary folder, ORCHESTRATE_EMBEDDED_RAY_IDLE=30m), started by an untimed
 warm-up run, serves every side; it is stopped at the end. For each N (`--sizes`) and round:
 
     together      N `orchestrate run -q --force EXP_i.yaml` started at the same moment, each
@@ -114,7 +114,7 @@ class Bench:
         # ORCHESTRATE_HOME for the runs and for this process's own reads of the embedded Ray
         os.environ["ORCHESTRATE_HOME"] = str(work / "home")
         self.env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        self.env.update(RAY_USAGE_STATS_ENABLED="0", ORCHESTRATE_LOCAL_RAY_IDLE="30m")
+        self.env.update(RAY_USAGE_STATS_ENABLED="0", ORCHESTRATE_EMBEDDED_RAY_IDLE="30m")
         folder = work / "experiments"
         shutil.copytree(ROOT / "experiments" / "data", folder / "data",
                         ignore=shutil.ignore_patterns("*.parquet", "images*"))

@@ -22,7 +22,7 @@ each side, and the ratios of the medians orchestrate / hand-written (target for 
 >= 0.8). Non-2xx answers (and connection errors) are counted and printed: there must be none.
 These machines are noisy: report the medians, with their spread, never one round.
 
-On the way out, also on error: `orchestrate unserve`, `orchestrate stop --local-ray`, the scratch
+On the way out, also on error: `orchestrate unserve`, `orchestrate stop --embedded`, the scratch
 folder removed, and no raylet or gcs_server of this benchmark's Ray left.
 """
 from __future__ import annotations
@@ -124,7 +124,7 @@ def setup() -> Iterator[Bench]:
                     except Exception as exc:  # noqa: BLE001 - only shown
                         print(f"cleanup: Serve after unserve: no answer ({exc})", flush=True)
                     done = b.orchestrate("stop", "--local-ray", check=False)
-                    print(f"cleanup: orchestrate stop --local-ray: exit {done.returncode} "
+                    print(f"cleanup: orchestrate stop --embedded: exit {done.returncode} "
                           f"{(done.stderr or done.stdout).strip()}", flush=True)
         finally:
             embedded.shutdown(secrets)  # if the command above could not

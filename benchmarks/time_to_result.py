@@ -40,7 +40,7 @@ class Bench:
         self.runs = 0
         self.env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
         self.env.update(ORCHESTRATE_HOME=str(work / "home"), RAY_USAGE_STATS_ENABLED="0",
-                        ORCHESTRATE_LOCAL_RAY_IDLE="30m")
+                        ORCHESTRATE_EMBEDDED_RAY_IDLE="30m")
         folder = work / "experiment"
         shutil.copytree(ROOT / "experiments" / "data", folder / "data",
                         ignore=shutil.ignore_patterns("*.parquet", "images*"))

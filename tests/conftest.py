@@ -37,7 +37,7 @@ ISOLATED_ENV = {
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
     # no warm embedded Ray outlives a test: its last run stops it (tests/test_embedded_idle.py
     # sets a limit of its own)
-    "ORCHESTRATE_LOCAL_RAY_IDLE": "0",
+    "ORCHESTRATE_EMBEDDED_RAY_IDLE": "0",
 }
 
 # Set before anything imports an SDK, which may read these once at import time.

@@ -1,6 +1,6 @@
 """The warm embedded Ray: it outlives its run, is reused, stays up while a job runs, stops by
-itself once idle for ORCHESTRATE_LOCAL_RAY_IDLE, is replaced cleanly after a crash, shows in
-`orchestrate status`, and `stop --local-ray` ends it with its watchdog."""
+itself once idle for ORCHESTRATE_EMBEDDED_RAY_IDLE, is replaced cleanly after a crash, shows in
+`orchestrate status`, and `stop --embedded` ends it with its watchdog."""
 from __future__ import annotations
 
 import json
@@ -47,6 +47,15 @@ def test_unset_or_empty_is_the_default():
     assert idle.limit({}) == idle.limit({idle.VARIABLE: " "}) == 600
 
 
+def test_the_old_name_of_the_variable_is_still_read_and_the_new_one_wins():
+    assert idle.VARIABLE == "ORCHESTRATE_EMBEDDED_RAY_IDLE"
+    assert idle.limit({"ORCHESTRATE_LOCAL_RAY_IDLE": "90s"}) == 90
+    assert idle.limit({"ORCHESTRATE_LOCAL_RAY_IDLE": "90s", idle.VARIABLE: "2m"}) == 120
+    with pytest.raises(OrchestrateError) as caught:
+        idle.limit({"ORCHESTRATE_LOCAL_RAY_IDLE": "soon"})
+    assert "ORCHESTRATE_LOCAL_RAY_IDLE='soon'" in caught.value.message   # the one the user set
+
+
 def test_a_bad_value_is_a_clear_error_at_the_command_line(monkeypatch, capsys):
     monkeypatch.setenv(idle.VARIABLE, "soon")
     assert main(["dashboard", "--embedded", "--no-browser"]) == 1
@@ -69,7 +78,7 @@ def test_the_status_line():
     assert idle.describe(busy, now=1125.0).endswith(
         "busy (2 jobs running, 1 service, 1 session); stops once idle for 10m")
     kept = {**REPORT, "idle_limit": 0.0, "keep": True, "stops_at": None}
-    assert idle.describe(kept).endswith("kept until `orchestrate stop --local-ray`")
+    assert idle.describe(kept).endswith("kept until `orchestrate stop --embedded`")
     deaf = {**REPORT, "busy": None, "idle_since": None, "stops_at": None}
     assert "its dashboard did not answer" in idle.describe(deaf)
     orphan = {**REPORT, "watchdog": False}
@@ -195,7 +204,7 @@ def test_warm_reused_busy_with_a_job_idle_stopped_crashed_replaced_and_stopped(m
             assert not os.path.exists(os.path.dirname(second.temp_dir))
             assert not ray_processes(second.temp_dir)
 
-        # 3. `stop --local-ray` ends the warm Ray now, and its watchdog
+        # 3. `stop --embedded` ends the warm Ray now, and its watchdog
         guard = embedded.current(secrets()).watchdog
         assert idle.is_watchdog(guard, third.pid)
         assert main(["stop", "--local-ray"]) == 0

@@ -1,7 +1,7 @@
 """orchestrate run EXPERIMENT.yaml: submit the job, follow it, print its results.
 
 Without `cluster:` the job goes to the embedded Ray (reused if one is up, else started; it
-stays up once idle for ORCHESTRATE_LOCAL_RAY_IDLE, default 10m, for the next run). The
+stays up once idle for ORCHESTRATE_EMBEDDED_RAY_IDLE, default 10m, for the next run). The
 submission id comes from the experiment's content: an unchanged experiment finds the job it
 already started instead of starting it twice (--force: run again).
 """

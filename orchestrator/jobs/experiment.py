@@ -8,7 +8,7 @@
     summary = results(jobs, submission, status, ...)     # JobError when the job failed
 
 Without `cluster:` the job goes to the embedded Ray (reused if one is up, else started; it
-stays up until idle for ORCHESTRATE_LOCAL_RAY_IDLE, `reach.idle`). The submission id comes
+stays up until idle for ORCHESTRATE_EMBEDDED_RAY_IDLE, `reach.idle`). The submission id comes
 from the experiment's content: an unchanged experiment finds the job it already started
 instead of starting it twice (`force`: run again).
 """
@@ -323,7 +323,7 @@ def _too_big_hint(asked: needs.Needs, admission: needs.Admission, cluster: str |
     size = needs.embedded_cpus(asked)
     if size >= asked.one.get("CPU", 0):
         return (f"the embedded Ray is up with fewer CPUs: stop it (`orchestrate stop "
-                f"--local-ray`) and the next run starts one with {size}")
+                f"--embedded`) and the next run starts one with {size}")
     return (f"{lower} (the embedded Ray has at most {size} CPUs on this machine), or run it on "
             f"a cluster (`cluster:` in the experiment)")
 

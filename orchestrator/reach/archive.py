@@ -1,7 +1,7 @@
 """The embedded Ray's jobs, kept after it stops: each job's whole log and how it ended.
 
 Ray keeps a job's log in its temp dir, which goes with the embedded Ray (its idle stop, `stop
---local-ray`, its last run leaving at ORCHESTRATE_LOCAL_RAY_IDLE=0). So before it stops
+--embedded`, its last run leaving at ORCHESTRATE_EMBEDDED_RAY_IDLE=0). So before it stops
 (`embedded.keep_logs`), and every few seconds while its watchdog runs (jobs ended since, each
 once, so a Ray that crashes later loses nothing that ended), the jobs of its table are saved in
 $ORCHESTRATE_HOME/logs/, the folder `orchestrate run` follows a job's log into:

@@ -26,7 +26,7 @@ It runs with Ray's token authentication (RAY_AUTH_MODE=token): each instance get
 clients send as `Authorization: Bearer <token>` (`EmbeddedRay.endpoint`).
 
 Several `orchestrate run`s may share it: each registers itself in `users/`. When the last one
-leaves, the Ray stays up ("warm") for ORCHESTRATE_LOCAL_RAY_IDLE (default 10m, `reach.idle`):
+leaves, the Ray stays up ("warm") for ORCHESTRATE_EMBEDDED_RAY_IDLE (default 10m, `reach.idle`):
 its watchdog (`reach.watchdog`, started with it) stops it once nothing has used it that long.
 With that setting at 0, the last one to leave stops it, unless a detached job asked to keep it
 (`keep`), which `orchestrate stop --embedded` ends. A recorded Ray found dead, or no longer

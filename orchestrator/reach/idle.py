@@ -1,13 +1,13 @@
 """How long the embedded Ray stays up with nothing to do: one setting, its watchdog process, and
 the line `orchestrate status` prints about it.
 
-ORCHESTRATE_LOCAL_RAY_IDLE, a duration: `10m` (the default), `90s`, `1h`, or a plain number of
-minutes. After a run the embedded Ray stays up ("warm"), so the next `run`, `predict` or `serve`
-skips its ~10 s start; a watchdog (`reach.watchdog`, one per Ray) stops it once it has been idle
-that long: no session in `users/` (a run being followed, `dashboard`, `predict`, `serve` while
-the command runs), no job pending or running, no Serve application deployed. `0`: no watchdog,
-the last session to leave stops it unless a detached job asked to keep it (orchestrate 0.2.0's
-behaviour).
+ORCHESTRATE_EMBEDDED_RAY_IDLE (before 0.3: ORCHESTRATE_LOCAL_RAY_IDLE, still read), a duration:
+`10m` (the default), `90s`, `1h`, or a plain number of minutes. After a run the embedded Ray
+stays up ("warm"), so the next `run`, `predict` or `serve` skips its ~10 s start; a watchdog
+(`reach.watchdog`, one per Ray) stops it once it has been idle that long: no session in `users/`
+(a run being followed, `dashboard`, `predict`, `serve` while the command runs), no job pending
+or running, no Serve application deployed. `0`: no watchdog, the last session to leave stops it
+unless a detached job asked to keep it (orchestrate 0.2.0's behaviour).
 
     limit()                      # seconds (0: off); OrchestrateError for a bad value
     spawn(ray_pid, folder)       # the watchdog's pid
@@ -29,7 +29,8 @@ from typing import Any
 from ..contract import MLFLOW_CREDENTIALS
 from ..errors import OrchestrateError, require
 
-VARIABLE = "ORCHESTRATE_LOCAL_RAY_IDLE"
+VARIABLE = "ORCHESTRATE_EMBEDDED_RAY_IDLE"
+OLD_VARIABLE = "ORCHESTRATE_LOCAL_RAY_IDLE"   # its name before 0.3: still read, never shown
 DEFAULT = "10m"
 WATCHDOG = "orchestrator.reach.watchdog"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "": 60}   # a plain number: minutes
@@ -46,12 +47,14 @@ def parse_duration(text: str) -> float:
 
 def limit(environ: Mapping[str, str] = os.environ) -> float:
     """The idle limit in force, in seconds; 0: the last session stops the embedded Ray."""
-    text = environ.get(VARIABLE, "").strip() or DEFAULT
+    name = VARIABLE if environ.get(VARIABLE, "").strip() or OLD_VARIABLE not in environ \
+        else OLD_VARIABLE
+    text = environ.get(name, "").strip() or DEFAULT
     try:
         return parse_duration(text)
     except ValueError:
         raise OrchestrateError(
-            f"{VARIABLE}={text!r} is not a duration",
+            f"{name}={text!r} is not a duration",
             hint=f"how long an idle embedded Ray stays up: e.g. {VARIABLE}=10m (or 90s, 1h, "
                  f"a number of minutes); 0 stops it when its last run ends") from None
 
@@ -150,10 +153,10 @@ def describe(report: Mapping[str, Any], now: float | None = None) -> str:
     else:
         use = "idle"
     if limit_s <= 0:
-        end_ = ("kept until `orchestrate stop --local-ray`" if report.get("keep")
+        end_ = ("kept until `orchestrate stop --embedded`" if report.get("keep")
                 else "stops when its last run ends")
     elif not report.get("watchdog"):
-        end_ = "its watchdog is not running: `orchestrate stop --local-ray` stops it"
+        end_ = "its watchdog is not running: `orchestrate stop --embedded` stops it"
     elif report.get("busy") is False and report.get("stops_at") is not None:
         stops = report["stops_at"]
         end_ = (f"stops at {time.strftime('%H:%M:%S', time.localtime(stops))} "

@@ -23,7 +23,7 @@ from . import embedded
 from .endpoint import Endpoint, open_cluster, open_dashboard
 
 NOT_RUNNING = ("the embedded Ray is not running (it stops once idle for "
-               "ORCHESTRATE_LOCAL_RAY_IDLE, default 10m; at 0, when its last run ends)")
+               "ORCHESTRATE_EMBEDDED_RAY_IDLE, default 10m; at 0, when its last run ends)")
 NOT_RUNNING_HINT = ("name a cluster (`orchestrate up CLUSTER.yaml` starts one); `run`, "
                     "`predict` and `serve` start the embedded Ray")
 

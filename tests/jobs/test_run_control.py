@@ -77,7 +77,7 @@ class Follower:
         self.reader.join(10)
 
 
-@pytest.mark.own_ray   # `stop --local-ray` ends the Ray its run started
+@pytest.mark.own_ray   # `stop --embedded` ends the Ray its run started
 def test_ctrl_c_while_following_leaves_the_job_running(tmp_path):
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "endless.py").write_text(ENDLESS_LOOP)

@@ -40,7 +40,7 @@ def test_a_run_on_s3_storage_trains_predicts_and_serves(aws_env, experiment, dat
     import pyarrow.fs
 
     make_bucket(aws_env, BUCKET)
-    monkeypatch.setenv("ORCHESTRATE_LOCAL_RAY_IDLE", "10m")   # one Ray for the run, predict, serve
+    monkeypatch.setenv("ORCHESTRATE_EMBEDDED_RAY_IDLE", "10m")   # one Ray for the run, predict, serve
     path = experiment("s3-mlp", trainer="torch", model=MLP, datasets=TABLE, label_column="target",
                       preprocessors=[{"type": "StandardScaler"}],
                       scaling_config={"num_workers": 1},
