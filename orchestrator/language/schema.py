@@ -60,6 +60,52 @@ def describe_value(value: object) -> str:
     return f"{kind} {text}"
 
 
+# Names people reach for that are another name's here: (the field, the value in lower case) ->
+# the value meant. Offered only when that value is one the field takes.
+ALIASES = {
+    **{("type", name): "kuberay" for name in ("kubernetes", "k8s", "kube", "ray-operator")},
+    **{("type", name): "local" for name in ("onprem", "on-prem", "on_prem", "ssh", "hosts",
+                                            "bare-metal", "baremetal")},
+    **{("type", name): "aws" for name in ("ec2", "amazon")},
+    **{("type", name): "gcp" for name in ("gce", "google", "googlecloud", "google-cloud")},
+    ("type", "microsoft"): "azure",
+    **{("trainer", name): "torch" for name in ("pytorch", "pytorch-lightning", "lightning")},
+    **{("trainer", name): "xgboost" for name in ("xgb",)},
+    **{("trainer", name): "lightgbm" for name in ("lgbm", "lgb")},
+}
+# What each of those values stands for, said with the fix.
+MEANING = {"kuberay": "Kubernetes, through KubeRay's operator",
+           "local": "Ray's name for on-prem: hosts you name, reached over SSH",
+           "aws": "Amazon EC2", "gcp": "Google Compute Engine", "azure": "Azure virtual machines",
+           "torch": "PyTorch", "xgboost": "XGBoost", "lightgbm": "LightGBM"}
+# Values no field takes yet, with what to write instead.
+NOT_YET = {("trainer", "tensorflow"): "TensorFlow is not a built-in trainer yet: run your own "
+                                      "training function with `train_loop: module:function`",
+           ("trainer", "keras"): "Keras is not a built-in trainer yet: run your own training "
+                                 "function with `train_loop: module:function`"}
+
+
+def enum_hint(path: FieldPath, value: Any, choices: list[Any]) -> str | None:
+    """How to fix a value a field does not take: its case (`AWS`), another name for one it
+    takes (`kubernetes`: kuberay), one not built yet, or a close spelling."""
+    field = str(path[-1]) if path else ""
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        for choice in choices:
+            if isinstance(choice, str) and choice.lower() == lowered and choice != value:
+                return f"did you mean '{choice}'? it is written in {_case(choice)}"
+        meant = ALIASES.get((field, lowered))
+        if meant is not None and meant in choices:
+            return f"did you mean '{meant}'? {meant} is {MEANING[meant]}"
+        if (field, lowered) in NOT_YET:
+            return NOT_YET[(field, lowered)]
+    return did_you_mean(value, choices)
+
+
+def _case(word: str) -> str:
+    return "lower case" if word.islower() else "upper case" if word.isupper() else "that case"
+
+
 def _allowed_keys(schema: dict[str, Any]) -> list[str]:
     return sorted(schema.get("properties", {}))
 
@@ -96,7 +142,7 @@ def _translate(error: ValidationError, doc: Document) -> list[Problem]:
     if v == "enum":
         choices = ", ".join(str(c) for c in error.validator_value)
         return [doc.problem(path, f"expected one of: {choices}; got {describe_value(value)}",
-                            did_you_mean(value, error.validator_value))]
+                            enum_hint(path, value, error.validator_value))]
     if v == "const":
         return [doc.problem(path, f"expected {error.validator_value!r}, got {describe_value(value)}")]
     if v in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):

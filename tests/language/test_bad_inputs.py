@@ -53,7 +53,12 @@ CASES = {
     "provider-type-list.yaml": (3, "provider.type", "expected a string, got a list"),
     "shorthand-and-node-types.yaml": (4, "available_node_types", "not both"),
     "unknown-kind.yaml": (1, "", "cannot tell what this file is"),
-    "exp-unknown-trainer.yaml": (2, "trainer", "expected one of: lightgbm, torch, xgboost; got string 'pytorch' (did you mean 'torch'?)"),
+    "exp-unknown-trainer.yaml": (2, "trainer", "expected one of: lightgbm, torch, xgboost; got string 'pytorch' (did you mean 'torch'? torch is PyTorch)"),
+    # Issue 50: another name for a value, a case slip, one not built yet
+    "provider-type-kubernetes.yaml": (3, "provider.type", "got string 'kubernetes' (did you mean 'kuberay'? kuberay is Kubernetes, through KubeRay's operator)"),
+    "provider-type-upper-case.yaml": (3, "provider.type", "got string 'AWS' (did you mean 'aws'? it is written in lower case)"),
+    "provider-type-onprem.yaml": (3, "provider.type", "got string 'onprem' (did you mean 'local'? local is Ray's name for on-prem: hosts you name, reached over SSH)"),
+    "exp-trainer-tensorflow.yaml": (2, "trainer", "got string 'tensorflow' (TensorFlow is not a built-in trainer yet: run your own training function with `train_loop: module:function`)"),
     "exp-model-arg-typo.yaml": (3, "model.patch_sise", "unknown key 'patch_sise' (did you mean 'patch_size'?)"),
     "exp-vit-heads.yaml": (3, "model.hidden_dim", "hidden_dim (100) must be divisible by num_heads (8)"),
     "exp-model-and-loop.yaml": (4, "train_loop", "either 'model' or 'train_loop', not both"),
