@@ -220,8 +220,12 @@ def runtime_env() -> dict:
                     "oneOf": [{"type": "string"}, {"type": "number"},
                               {"type": "object", "additionalProperties": False,
                                "required": ["from_env"],
-                               "properties": {"from_env": {"type": "string",
-                                                           "pattern": ENV_NAME}}}]}},
+                               "properties": {"from_env": {
+                                   "type": "string", "pattern": ENV_NAME,
+                                   "x-message": ("expected the name of a variable of this "
+                                                 "machine's environment (letters, digits and "
+                                                 "_, not starting with a digit), e.g. "
+                                                 "'WANDB_API_KEY'")}}}]}},
             "config": {
                 "type": "object", "additionalProperties": False,
                 "description": "Ray's RuntimeEnvConfig",

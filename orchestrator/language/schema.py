@@ -155,8 +155,9 @@ def _translate(error: ValidationError, doc: Document) -> list[Problem]:
         return [doc.problem(path, f"expected at least {error.validator_value} key(s)")]
     if v == "maxProperties":
         return [doc.problem(path, f"expected at most {error.validator_value} key(s)")]
-    if v == "pattern":
-        return [doc.problem(path, f"{describe_value(value)} does not match {error.validator_value}")]
+    if v == "pattern":   # every pattern of the shipped schemas has its words (x-message)
+        return [doc.problem(path, f"{describe_value(value)} is not in the form this field takes",
+                            schema.get("description") if isinstance(schema, dict) else None)]
     if v in ("oneOf", "anyOf") and error.context:
         # Report the alternative that got furthest: the deepest error among the branches.
         deepest = max(error.context, key=lambda e: (len(e.absolute_path), -len(e.context or ())))

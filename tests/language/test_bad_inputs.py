@@ -99,7 +99,8 @@ CASES = {
     "svc-two-sources.yaml": (2, "model", "give exactly one of 'experiment', 'run'"),
     "svc-key-typo.yaml": (3, "replica", "unknown key 'replica' (did you mean 'replicas'?)"),
     "svc-bad-choice.yaml": (2, "model.checkpoint", "checkpoint is best or latest, not 'newest'"),
-    "svc-bad-name.yaml": (1, "name", "Bad_Name"),
+    "svc-bad-name.yaml": (1, "name", "expected a name of lower-case letters, digits and '-', starting with a letter, at most 63 long, e.g. 'cancer-model' (it names the Serve application), got string 'Bad_Name'"),
+    "svc-route-prefix.yaml": (3, "route_prefix", "expected a URL path starting with '/', of letters, digits and . _ ~ / -, e.g. '/cancer', got string 'cancer'"),
 }
 
 
@@ -180,3 +181,35 @@ def test_cluster_commands_refuse_an_experiment_file(capsys):
         err = capsys.readouterr().err
         assert "this is an experiment file, not a cluster file" in err and "Traceback" not in err
         assert "missing required key" not in err
+
+
+def test_every_pattern_of_a_file_kind_is_explained_in_words():
+    """A value that fails a pattern gets the field's words (`x-message`, with an example),
+    never a regular expression."""
+    import json
+
+    def patterns(node, path=""):
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                yield path, node
+            for key, value in node.items():
+                yield from patterns(value, f"{path}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                yield from patterns(value, f"{path}[{i}]")
+
+    for kind in ("cluster", "experiment", "service", "project"):
+        schema = json.loads((REPO / "schemas" / f"{kind}.schema.json").read_text())
+        bare = [path for path, node in patterns(schema)
+                if not node.get("x-message")]
+        assert not bare, f"{kind}: patterns without words: {bare}"
+
+
+def test_a_projects_env_reference_outside_the_token_prefix_says_how_to_write_it(tmp_path, capsys):
+    project = tmp_path / "orchestrate.yaml"
+    project.write_text('project: p\ninclude: ["clusters/*.yaml"]\nsecrets: env://CI_\n')
+    assert main(["validate", str(project)]) == 1
+    err = capsys.readouterr().err
+    assert f"{project}:3: secrets: expected file, env:// (only variables named " \
+           "ORCHESTRATE_TOKEN_... are read: a prefix is written env://ORCHESTRATE_TOKEN_CI_)" in err
+    assert "^(" not in err
