@@ -142,6 +142,11 @@ def cluster_of(doc: Document, data: dict[str, Any], base: Path,
     if "cluster" not in data:
         return None, []
     path = local(base, data["cluster"])
+    if isinstance(data["cluster"], str) and not holds(path, Path.is_file):
+        return None, [doc.problem(("cluster",), f"no such file: '{data['cluster']}' (relative "
+                                  f"paths start at {base})",
+                                  "name the cluster file the run goes to, or leave `cluster:` "
+                                  "out to run on the embedded Ray")]
     try:
         return load_cluster(path, here=here), []
     except SpecError as exc:

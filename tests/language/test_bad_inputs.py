@@ -68,6 +68,7 @@ CASES = {
     "exp-missing-dataset.yaml": (5, "datasets.train.path", "'no/such/file.csv' does not exist"),
     "exp-zero-workers.yaml": (5, "scaling_config.num_workers", "must be >= 1, got integer 0"),
     "exp-bad-cluster.yaml": (3, "cluster", "the cluster file unknown-key.yaml is not valid"),
+    "exp-missing-cluster.yaml": (4, "cluster", "no such file: 'no/such/cluster.yaml' (relative paths start at"),
     "exp-xgboost-no-label.yaml": (None, "", "trainer xgboost needs 'label_column'"),
     "exp-unsafe-name.yaml": (1, "name", "it names the Ray job"),
     "exp-loop-module-missing.yaml": (3, "train_loop", "no module 'no_such_module'"),
