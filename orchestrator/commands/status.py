@@ -22,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format_argument(parser)
 
 
+STOPPED = "stopped"   # by autostop: the record says up, the head's watcher says why not
+
+
 def _resources(live: dict[str, Any]) -> str:
     res = live.get("resources") or {}
     parts = [f"{res[k]:g} {k}" for k in ("CPU", "GPU") if res.get(k)]
@@ -82,7 +85,11 @@ def _row(record: Any, state: State, live: dict[str, Any],
             if config else None
     except (KeyError, TypeError, ValueError, AttributeError):
         price = None    # a damaged record: no price, the rest of the row still shows
-    return {**record.as_dict(), "live": live, "autostop": autostop, "price": price}
+    row = {**record.as_dict(), "live": live, "autostop": autostop, "price": price}
+    if autostop and autostop.get("stopped_at") is not None and not live["reachable"]:
+        # the head's watcher took it down: that is its state, whatever this machine recorded
+        row["recorded_state"], row["state"] = row["state"], STOPPED
+    return row
 
 
 def _money(price: dict[str, Any] | None, key: str) -> str:
@@ -106,7 +113,8 @@ def _print_clusters(rows: list[dict[str, Any]]) -> None:
         nodes = live.get("nodes_alive") if live["reachable"] else "-"
         where = row["address"] or (f"{_via(row['provider'])} {row['head_ip']}"
                                    if row["head_ip"] else "-")
-        verdict = "ok" if live["reachable"] else (live.get("error") or "unreachable")
+        verdict = "ok" if live["reachable"] else "-" if row["state"] == STOPPED else \
+            (live.get("error") or "unreachable")
         price = row.get("price")
         table.append([row["name"], row["provider"], row["state"], nodes, _resources(live),
                       f"{_money(price, 'now')} ({_money(price, 'at_max')})",

@@ -145,8 +145,11 @@ def test_clusters_stop_themselves_when_idle_and_at_their_max_uptime(make_machine
             assert row["live"]["reachable"] is False
             assert row["autostop"]["reason"] == reason, row["autostop"]
             assert row["autostop"]["stopped_at"] is not None
+            assert (row["state"], row["recorded_state"]) == ("stopped", "up"), row
             text = handle.cli("status", handle.name)
             assert f"stopped: {reason}" in text.stdout, text.stdout
+            [line] = [ln for ln in text.stdout.splitlines() if ln.startswith(handle.name)]
+            assert line.split()[2] == "stopped", text.stdout   # NAME PROVIDER STATE ...
         assert forever
 
         # The logs were archived before the takedown, where the file said; `logs` reads them
