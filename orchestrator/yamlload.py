@@ -176,6 +176,26 @@ def _hashable(value: Any) -> bool:
     return True
 
 
+# What PyYAML says when a line is indented where it does not belong (or holds a tab).
+_INDENTATION = ("did not find expected key", "mapping values are not allowed here",
+                "did not find expected '-' indicator", "expected <block end>",
+                "could not find expected ':'")
+
+
+def _syntax_hint(text: str, exc: yaml.MarkedYAMLError, line: int | None) -> str | None:
+    """How to fix the usual syntax errors: a tab, or a line indented unlike its neighbours."""
+    said = f"{exc.problem or ''} {exc.context or ''}"
+    lines = text.splitlines()
+    near = lines[max(0, (line or 1) - 3):(line or 1)]
+    if "\t" in "".join(near) or "'\\t'" in said:
+        return "indent with spaces: YAML does not take tabs"
+    if any(marker in said for marker in _INDENTATION):
+        return (f"check the indentation of line {line} against the lines above it: the keys of "
+                "one section start in the same column, a key of a section further right than "
+                "the section's name")
+    return None
+
+
 def _reader_problem(exc: yaml.reader.ReaderError) -> str:
     character = exc.character
     code = ord(character) if isinstance(character, str) else character
@@ -199,7 +219,8 @@ def load_text(text: str, file: str) -> Document:
             message = f"not valid YAML: {exc.problem or exc.context}"
             line = mark.line + 1 if mark else None
             column = mark.column + 1 if mark else None
-            raise SpecError([Problem(file, message, line, column)]) from None
+            raise SpecError([Problem(file, message, line, column,
+                                     hint=_syntax_hint(text, exc, line))]) from None
         except yaml.reader.ReaderError as exc:  # a character YAML does not allow, at an offset
             at = exc.position
             raise SpecError([Problem(file, f"not valid YAML: {_reader_problem(exc)}",

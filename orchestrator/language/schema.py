@@ -106,6 +106,32 @@ def _case(word: str) -> str:
     return "lower case" if word.islower() else "upper case" if word.isupper() else "that case"
 
 
+def _belongs_under(key: str, schema: dict[str, Any]) -> str | None:
+    """For a top-level key no top-level field has: the section whose field it is (a line
+    dedented out of its section), said with the fix."""
+    sections = sorted(name for name, field in schema.get("properties", {}).items()
+                      if isinstance(field, dict) and key in _section_keys(field, schema))
+    if not sections:
+        return None
+    where = " or ".join(f"'{name}'" for name in sections)
+    return f"'{key}' is a field of {where}: indent it under {sections[0]}:"
+
+
+def _section_keys(field: dict[str, Any], root: dict[str, Any]) -> set[str]:
+    """The keys a section takes (through a $ref and one level of oneOf/anyOf)."""
+    ref = field.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        node: Any = root
+        for part in ref[2:].split("/"):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        field = node if isinstance(node, dict) else {}
+    keys = set(field.get("properties", {}))
+    for branch in (*field.get("oneOf", ()), *field.get("anyOf", ())):
+        if isinstance(branch, dict):
+            keys |= set(branch.get("properties", {}))
+    return keys
+
+
 def _allowed_keys(schema: dict[str, Any]) -> list[str]:
     return sorted(schema.get("properties", {}))
 
@@ -124,6 +150,8 @@ def _translate(error: ValidationError, doc: Document) -> list[Problem]:
             if key in schema.get("properties", {}) or any(re.search(p, str(key)) for p in patterns):
                 continue
             hint = did_you_mean(key, allowed)
+            if hint is None and not path:
+                hint = _belongs_under(str(key), schema)
             if hint is None and allowed and len(allowed) <= 15:
                 hint = "allowed keys: " + ", ".join(allowed)
             problems.append(doc.problem(path + (key,), f"unknown key '{key}'", hint))

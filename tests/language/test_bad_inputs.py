@@ -15,6 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 # file -> (line or None, field or "", words that must appear in the message)
 CASES = {
     "malformed.yaml": (3, "", "not valid YAML"),
+    # Issue 50: the indentation named in a syntax error; a key dedented out of its section
+    "yaml-indented-under-nothing.yaml": (6, "", "not valid YAML: did not find expected key (check the indentation of line 6 against the lines above it"),
+    "yaml-tab.yaml": (4, "", "(indent with spaces: YAML does not take tabs)"),
+    "exp-key-out-of-its-section.yaml": (6, "hidden_dims", "unknown key 'hidden_dims' ('hidden_dims' is a field of 'model': indent it under model:)"),
     "empty.yaml": (None, "", "the file is empty"),
     "only-comment.yaml": (None, "", "holds no YAML document"),
     "top-level-list.yaml": (1, "", "expected a YAML mapping at the top level, found a list"),
