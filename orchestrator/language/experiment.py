@@ -67,6 +67,12 @@ def _domain_problems(doc: Document, value: Any, path: FieldPath) -> list[Problem
         return []
     domains = set(DOMAINS) & set(value)
     if not domains:
+        if len(value) == 1:   # {grid_serach: [...]} would be a constant: a misspelt domain
+            [(key, args)] = value.items()
+            near = did_you_mean(key, DOMAINS)
+            if near is not None and isinstance(args, list):
+                return [doc.problem(path + (key,), f"'{key}' is not a search domain: Tune would "
+                                    f"take this mapping as a constant", near)]
         return [p for k, v in value.items() for p in _domain_problems(doc, v, path + (k,))]
     kind = sorted(domains)[0]
     if len(value) != 1:

@@ -67,6 +67,7 @@ CASES = {
     "exp-vit-heads.yaml": (3, "model.hidden_dim", "hidden_dim (100) must be divisible by num_heads (8)"),
     "exp-model-and-loop.yaml": (4, "train_loop", "either 'model' or 'train_loop', not both"),
     "exp-bad-domain.yaml": (8, "tune.param_space.train_loop_config.lr.uniform", "uniform needs [low, high]"),
+    "exp-misspelt-domain.yaml": (8, "tune.param_space.train_loop_config.lr.grid_serach", "'grid_serach' is not a search domain: Tune would take this mapping as a constant (did you mean 'grid_search'?)"),
     "exp-bad-tune-section.yaml": (7, "tune.param_space.train_config",
                                   "not a trainer argument Tune can vary (did you mean 'train_loop_config'?)"),
     "exp-missing-dataset.yaml": (5, "datasets.train.path", "'no/such/file.csv' does not exist"),
