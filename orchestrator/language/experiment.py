@@ -117,6 +117,28 @@ def _tune_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
     return problems
 
 
+# What a path's suffix says its format is (a folder, or another suffix, says nothing).
+SUFFIX_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".npy": "numpy",
+                  ".parquet": "parquet", ".pq": "parquet"}
+
+
+def _format_problems(doc: Document, name: str, dataset: dict[str, Any]) -> list[Problem]:
+    """`format:` that no reader takes yet, or that the path's own suffix contradicts."""
+    written = dataset.get("format")
+    if written == "images":
+        return [doc.problem(("datasets", name, "format"), "format: images has no reader in the "
+                            "job yet: a folder of image files is read by a later version",
+                            "store the images in parquet, as a column of bytes or arrays, "
+                            "and write format: parquet")]
+    said = SUFFIX_FORMATS.get(Path(str(dataset["path"]).rstrip("/")).suffix.lower())
+    if written is None or said is None or said == written:
+        return []
+    return [doc.problem(("datasets", name, "format"), f"format: {written}, but "
+                        f"'{dataset['path']}' is a {said} file by its name",
+                        f"write format: {said}, or leave format out: it is then taken from "
+                        "the path's suffix")]
+
+
 def _path_problems(doc: Document, data: dict[str, Any], base: Path, working_dir: Path) -> list[Problem]:
     problems = []
     if not holds(working_dir, Path.is_dir):
@@ -133,6 +155,7 @@ def _path_problems(doc: Document, data: dict[str, Any], base: Path, working_dir:
                                     CREDENTIALS_HINT))
     for name, dataset in (data.get("datasets") or {}).items():
         path = dataset["path"]
+        problems += _format_problems(doc, name, dataset)
         if has_credentials(path):
             problems.append(doc.problem(("datasets", name, "path"), CREDENTIALS_MESSAGE,
                                         CREDENTIALS_HINT))
