@@ -117,6 +117,7 @@ def _tune_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
     return problems
 
 
+LABELLED = ("train", "valid")   # the splits the label column is read from
 # What a path's suffix says its format is (a folder, or another suffix, says nothing).
 SUFFIX_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".npy": "numpy",
                   ".parquet": "parquet", ".pq": "parquet"}
@@ -162,7 +163,27 @@ def _path_problems(doc: Document, data: dict[str, Any], base: Path, working_dir:
         elif not is_uri(path) and not holds(local(base, path)):
             problems.append(doc.problem(("datasets", name, "path"), f"'{path}' does not exist "
                                         f"(relative paths start at {base})"))
+        elif not is_uri(path) and name in LABELLED:
+            problems += _label_problems(doc, data, name, dataset, local(base, path))
     return problems
+
+
+def _label_problems(doc: Document, data: dict[str, Any], name: str, dataset: dict[str, Any],
+                    path: Path) -> list[Problem]:
+    """A `label_column` that a local dataset's header or schema does not have."""
+    from .columns import columns
+
+    label = data.get("label_column")
+    fmt = dataset.get("format") or SUFFIX_FORMATS.get(Path(str(dataset["path"]).rstrip("/"))
+                                                      .suffix.lower(), "parquet")
+    if not isinstance(label, str) or not label:
+        return []
+    found = columns(path, fmt, dataset.get("read_options"))
+    if found is None or label in found:
+        return []
+    shown = ", ".join(found[:20]) + (", ..." if len(found) > 20 else "")
+    return [doc.problem(("label_column",), f"'{label}' is not a column of datasets.{name} "
+                        f"({dataset['path']} has: {shown})", did_you_mean(label, found))]
 
 
 def cluster_of(doc: Document, data: dict[str, Any], base: Path,

@@ -221,3 +221,31 @@ def test_a_projects_env_reference_outside_the_token_prefix_says_how_to_write_it(
     assert f"{project}:3: secrets: expected file, env:// (only variables named " \
            "ORCHESTRATE_TOKEN_... are read: a prefix is written env://ORCHESTRATE_TOKEN_CI_)" in err
     assert "^(" not in err
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet", "folder of csv"])
+def test_a_label_column_the_local_data_lacks_is_named_with_its_columns(tmp_path, capsys, kind):
+    if kind == "parquet":
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"a": [1], "target": [0]}), tmp_path / "train.parquet")
+        path = "train.parquet"
+    elif kind == "csv":
+        (tmp_path / "train.csv").write_text("a,target\n1,0\n")
+        path = "train.csv"
+    else:
+        (tmp_path / "train").mkdir()
+        (tmp_path / "train" / "part-1.csv").write_text("a,target\n1,0\n")
+        path = "train/"
+    fmt = "" if kind == "csv" else ", format: csv" if kind == "folder of csv" else ""
+    spec = tmp_path / "e.yaml"
+    spec.write_text("name: e\ntrainer: torch\nmodel: {name: mlp, hidden_dims: [8], "
+                    f"num_classes: 2}}\nlabel_column: targte\ndatasets:\n  train: {{path: {path}"
+                    f"{fmt}}}\nscaling_config: {{num_workers: 1}}\n")
+    assert main(["validate", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}:4: label_column: 'targte' is not a column of datasets.train ({path} has: " \
+           "a, target) (did you mean 'target'?)" in err, err
+    spec.write_text(spec.read_text().replace("targte", "target"))
+    assert main(["validate", str(spec)]) == 0, capsys.readouterr().err
