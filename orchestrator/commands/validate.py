@@ -40,6 +40,13 @@ def collect_files(paths: list[str]) -> tuple[list[Path], list[Problem]]:
     return files, problems
 
 
+def _resolved(file: str) -> str:
+    try:
+        return str(Path(file).resolve())
+    except (OSError, RuntimeError):
+        return file
+
+
 def validate_file(path: Path) -> dict[str, Any]:
     from ..language import load_any
     from ..language.cluster import ClusterSpec
@@ -73,15 +80,25 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         emit_json({"valid": valid, "files": results})
     else:
+        seen: set[tuple[Any, ...]] = set()   # a cluster's problem met again through an experiment
+
+        def once(problem: dict[str, Any]) -> bool:
+            key = (_resolved(problem["file"]), problem.get("line"), problem.get("field"),
+                   problem["message"])
+            fresh = key not in seen
+            seen.add(key)
+            return fresh
+
+        errors = 0
         for result in results:
             if result["valid"]:
                 print(f"ok      {result['file']} ({result['kind']})")
-            for error in result["errors"]:
+            for error in filter(once, result["errors"]):
+                errors += 1
                 print(f"ERROR   {Problem(**error).format()}", file=sys.stderr)
-            for warning in result["warnings"]:
+            for warning in filter(once, result["warnings"]):
                 print(f"WARNING {Problem(**warning).format()}", file=sys.stderr)
         bad = [r for r in results if not r["valid"]]
-        errors = sum(len(r["errors"]) for r in bad)
         summary = f"{len(results)} file(s) checked"
         if bad:
             summary += f", {len(bad)} invalid with {errors} error(s)"

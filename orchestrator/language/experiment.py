@@ -19,7 +19,7 @@ from . import environment
 from .cluster import ClusterSpec, load_cluster
 from .environment import Environment
 from .paths import holds, local
-from .schema import schema_problems
+from .schema import broken_keys, load_schema, schema_problems
 
 TUNABLE_SECTIONS = ("train_loop_config", "params", "num_boost_round", "scaling_config")
 # Scalers without `columns` apply to every feature column; these need them named.
@@ -218,19 +218,41 @@ def _profiling_problems(doc: Document, data: dict[str, Any],
                         "restarts Ray on its head), or remove it here")]
 
 
+# The top-level keys each check reads: a check runs when the schema found none of them broken,
+# so one pass reports the schema's errors and every check they leave standing.
+PATH_KEYS = ("working_dir", "train_loop", "run_config", "datasets", "label_column", "trainer")
+ENVIRONMENT_KEYS = ("runtime_env", "working_dir", "cluster")
+
+
 def build_experiment(doc: Document, path: Path, *, here: bool = True) -> ExperimentSpec:
     problems = schema_problems(doc, "experiment")
-    if problems:
+    broken = broken_keys(problems)
+    if broken is None:
         raise SpecError(problems)
+
+    def sound(*keys: str) -> bool:
+        return not broken & set(keys)
+
     data, base = doc.data, path.resolve().parent
-    working_dir = local(base, data.get("working_dir", "."))
-    problems += _trainer_problems(doc, data)
-    problems += _preprocessor_problems(doc, data) + _tune_problems(doc, data)
-    problems += _path_problems(doc, data, base, working_dir)
-    problems += environment.problems(doc, base, working_dir, remote="cluster" in data)
-    cluster, cluster_problems = cluster_of(doc, data, base, here)
-    problems += cluster_problems + _profiling_problems(doc, data, cluster)
-    problems += _own_cluster_problems(doc, data, cluster)
+    working_dir = local(base, data.get("working_dir", ".")) if sound("working_dir") else base
+    if sound(*load_schema("experiment")["properties"]):   # the trainer's checks read them all
+        problems += _trainer_problems(doc, data)
+    if sound("preprocessors"):
+        problems += _preprocessor_problems(doc, data)
+    if sound("tune"):
+        problems += _tune_problems(doc, data)
+    if sound(*PATH_KEYS):
+        problems += _path_problems(doc, data, base, working_dir)
+    if sound(*ENVIRONMENT_KEYS):
+        problems += environment.problems(doc, base, working_dir, remote="cluster" in data)
+    cluster = None
+    if sound("cluster"):
+        cluster, cluster_problems = cluster_of(doc, data, base, here)
+        problems += cluster_problems
+        if sound("profiling"):
+            problems += _profiling_problems(doc, data, cluster)
+        if sound("own_cluster", "runtime_env", "tracking"):
+            problems += _own_cluster_problems(doc, data, cluster)
     if problems:
         raise SpecError(problems)
     return ExperimentSpec(path=path, name=data["name"], trainer=data["trainer"], document=data,

@@ -228,6 +228,20 @@ def _key_text(key: object) -> tuple[str, str]:
     return str(key), f"quote it: '{key}'"
 
 
+def broken_keys(problems: list[Problem]) -> set[str] | None:
+    """The top-level keys the errors among `problems` are in (an unknown key is its own);
+    None when one is about the document as a whole."""
+    keys = set()
+    for problem in problems:
+        if problem.severity == "warning":
+            continue
+        top = re.split(r"[.\[]", problem.field, maxsplit=1)[0]
+        if not top:
+            return None
+        keys.add(top)
+    return keys
+
+
 def schema_problems(doc: Document, name: str) -> list[Problem]:
     """Every schema violation in the document, sorted by line, each with a readable message."""
     problems = key_problems(doc)

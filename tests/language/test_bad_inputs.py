@@ -249,3 +249,37 @@ def test_a_label_column_the_local_data_lacks_is_named_with_its_columns(tmp_path,
            "a, target) (did you mean 'target'?)" in err, err
     spec.write_text(spec.read_text().replace("targte", "target"))
     assert main(["validate", str(spec)]) == 0, capsys.readouterr().err
+
+
+def test_schema_errors_and_the_checks_they_leave_standing_come_in_one_pass(tmp_path, capsys):
+    """A misspelt key and a missing data file: both at once, not the second after the first
+    is fixed. A check that reads a broken part is not run (it would only repeat it)."""
+    spec = tmp_path / "e.yaml"
+    spec.write_text("name: e\ntrainer: torch\nmodel: {name: mlp, hidden_dims: [8], "
+                    "num_classes: 2}\nlabel_column: y\ndatasetz: 1\ndatasets:\n"
+                    "  train: {path: missing.csv}\nscaling_config: {num_workers: 1}\n"
+                    "tune: {param_space: {train_loop_config: {lr: {grid_serach: [1, 2]}}}, "
+                    "num_samples: many}\n")
+    assert main(["validate", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}:5: datasetz: unknown key 'datasetz' (did you mean 'datasets'?)" in err
+    assert f"{spec}:7: datasets.train.path: 'missing.csv' does not exist" in err
+    assert "tune.num_samples" in err and "grid_serach" not in err, err   # tune is broken: skipped
+
+
+def test_a_clusters_warning_met_again_through_an_experiment_is_printed_once(tmp_path, capsys,
+                                                                             monkeypatch):
+    (tmp_path / "clusters").mkdir()
+    (tmp_path / "clusters" / "lab.yaml").write_text(
+        "cluster_name: lab\nprovider: {type: local, head_ip: 10.0.0.1, worker_ips: [10.0.0.2]}\n"
+        "auth: {ssh_user: ray, ssh_private_key: no-such-key}\n")
+    (tmp_path / "train.csv").write_text("a,target\n1,0\n")
+    (tmp_path / "e.yaml").write_text(
+        "name: e\ntrainer: torch\nmodel: {name: mlp, hidden_dims: [8], num_classes: 2}\n"
+        "label_column: target\ndatasets: {train: {path: train.csv}}\n"
+        "scaling_config: {num_workers: 1}\ncluster: clusters/lab.yaml\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "."]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines()
+                if line.startswith("WARNING")]
+    assert len(warnings) == 1 and "ssh_private_key" in warnings[0], warnings
