@@ -5,6 +5,7 @@
 # scripts/test.sh runs it. Safe to re-run: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/torch.sh
 
 need_apt=()
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
@@ -42,8 +43,10 @@ fi
 # The Python packages with uv, in one resolve: it downloads and compiles in parallel, where pip
 # does one file at a time (a fresh setup measured 46 s against 106 s with pip, the same versions;
 # 2026-11-27, 2 cores). uv is itself a wheel from PyPI, put in the venv; the quick start
-# (scripts/setup.sh) keeps plain pip. torch pinned as there. uv reads no pip configuration, so
-# the folders of local wheels pip is told of (find-links, in pip.conf or PIP_FIND_LINKS: where
+# (scripts/setup.sh) keeps plain pip. torch's build is chosen as there (scripts/torch.sh); where
+# PyTorch's index is added, uv takes the best version from every index, as pip does (its default
+# would take numpy and the rest from PyTorch's index too). uv reads no pip configuration, so the
+# folders of local wheels pip is told of (find-links, in pip.conf or PIP_FIND_LINKS: where
 # the CPU build of torch lies; without them PyPI's torch is the multi-GB CUDA build) and pip's
 # timeout are passed on.
 PYTHON=${PYTHON:-python3}
@@ -64,7 +67,10 @@ if [ ! -x .venv-mlflow/bin/mlflow ]; then
     ( "$PYTHON" -m venv .venv-mlflow && install .venv-mlflow/bin/python "mlflow==3.17.2" ) &
     mlflow_setup=$!
 fi
-install .venv/bin/python "torch==2.13.0" -e ".[dev]"
+torch_install_args .venv/bin/python
+strategy=()
+[ ${#TORCH_ARGS[@]} -gt 1 ] && strategy=(--index-strategy unsafe-best-match)
+install .venv/bin/python "${TORCH_ARGS[@]}" "${strategy[@]}" -e ".[dev]"
 if [ -n "$mlflow_setup" ]; then
     wait "$mlflow_setup" || { echo "setup-dev: the MLflow server's venv (.venv-mlflow) failed" >&2; exit 1; }
 fi
