@@ -92,7 +92,7 @@ class MissingDependency(OrchestrateError):
     def __init__(self, package: str, extra: str) -> None:
         super().__init__(
             f"this needs the Python package '{package}', which is not installed",
-            hint=f'pip install "orchestrate[{extra}]"',
+            hint=f'pip install "orchestrate-ray[{extra}]"',
         )
         self.package = package
         self.extra = extra

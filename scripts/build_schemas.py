@@ -52,7 +52,7 @@ NODE_GROUP_PROPS = {
 def ray_schema_path() -> Path:
     spec = importlib.util.find_spec("ray")
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("ray is not installed: pip install 'orchestrate[ray]'")
+        raise SystemExit("ray is not installed: pip install 'orchestrate-ray[ray]'")
     return Path(list(spec.submodule_search_locations)[0]) / "autoscaler" / "ray-schema.json"
 
 

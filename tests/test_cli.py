@@ -162,4 +162,4 @@ def test_a_command_that_needs_the_ray_extra_says_so_without_it(tmp_path):
                           env={**os.environ, "ORCHESTRATE_HOME": str(tmp_path)})
     assert done.returncode == 1, done.stderr
     assert "'filelock', which is not installed" in done.stderr
-    assert 'pip install "orchestrate[ray]"' in done.stderr and "Traceback" not in done.stderr
+    assert 'pip install "orchestrate-ray[ray]"' in done.stderr and "Traceback" not in done.stderr

@@ -128,3 +128,22 @@ def test_pre_commit_config_is_valid_and_runs_the_pinned_tools() -> None:
         assert hooks[tool]["entry"].startswith(f".venv/bin/{tool}"), hooks[tool]
         assert hooks[tool]["name"].startswith(f"{tool} {pins[tool]}"), \
             f"the {tool} hook's name says another version than pyproject's {tool}=={pins[tool]}"
+
+
+def test_every_extra_and_the_distribution_name_are_where_install_is_described() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "orchestrate-ray"   # on PyPI, `orchestrate` is another project
+    assert project["scripts"] == {"orchestrate": "orchestrator.cli:entry"}
+    readme = README.read_text()
+    places = {"README.md#install": readme[readme.index("## Install"):readme.index("## Security model")],
+              "docs/commands.md#install": (ROOT / "docs" / "commands.md").read_text().split(
+                  "## Every command")[0]}
+    for place, text in places.items():
+        assert "orchestrate-ray" in text, f"{place} does not name the distribution"
+        for extra in project["optional-dependencies"]:
+            assert f"`[{extra}]`" in text, f"{place} does not list the extra [{extra}]"
+    for path in [README, *(ROOT / "docs").glob("*.md"), ROOT / "examples" / "gitops" / "README.md"]:
+        wrong = re.findall(r"""pip install ["']?orchestrate(?:\[|\s|["']|$)""", path.read_text())
+        assert not wrong, f"{path.name}: {wrong} installs the other project's distribution"

@@ -384,7 +384,7 @@ def _s3(where: str) -> Any:
         from botocore.config import Config
     except ImportError:
         raise ClusterError(f"reading the archive {where} needs boto3, which is not installed",
-                           hint='pip install "orchestrate[aws]"') from None
+                           hint='pip install "orchestrate-ray[aws]"') from None
     # a command waits on it: a few seconds for an S3 that does not answer, not minutes
     return boto3.session.Session().client("s3", config=Config(connect_timeout=5, read_timeout=30,
         retries={"max_attempts": 2, "mode": "standard"}))

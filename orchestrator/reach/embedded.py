@@ -252,7 +252,7 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
         except OSError as exc:
             shutil.rmtree(private, ignore_errors=True)
             raise JobError(f"could not start the embedded Ray: {exc}",
-                           hint='pip install "orchestrate[ray]"') from exc
+                           hint='pip install "orchestrate-ray[ray]"') from exc
     found: list[EmbeddedRay] = []
 
     def up() -> bool:

@@ -7,7 +7,7 @@ the network ones), `num_boost_round` (default `contract.BOOST_ROUNDS`), with `da
 `train` split; each split is evaluated every round: `train-binary_logloss`, `valid-l2`, ...),
 `preprocessors`, `feature_columns`, `scaling_config`, `tune` (default metric: the first of
 `params.metric`, else the objective's own, on `valid`). Needs the `lightgbm` package where the
-job runs (`pip install 'orchestrate[lightgbm]'`).
+job runs (`pip install 'orchestrate-ray[lightgbm]'`).
 """
 from __future__ import annotations
 

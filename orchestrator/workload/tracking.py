@@ -35,7 +35,7 @@ from ..util.text import flatten
 from . import storage
 
 MISSING = ("tracking.mlflow needs MLflow's client in the job's Python ({python}): pip install "
-           "mlflow-skinny (with orchestrate: pip install 'orchestrate[mlflow]'), or list "
+           "mlflow-skinny (with orchestrate: pip install 'orchestrate-ray[mlflow]'), or list "
            "mlflow-skinny under runtime_env.pip in the experiment file")
 
 

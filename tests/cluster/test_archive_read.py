@@ -81,7 +81,7 @@ def test_no_credentials_and_no_boto3(aws_env, monkeypatch):
     monkeypatch.setitem(sys.modules, "boto3", None)    # the `aws` extra not installed
     with pytest.raises(ClusterError) as caught:
         archive.find_job("c", JOB, config("s3://logs/p"))
-    assert caught.value.hint == 'pip install "orchestrate[aws]"'
+    assert caught.value.hint == 'pip install "orchestrate-ray[aws]"'
 
 
 def test_logs_says_why_and_runs_warns_once(aws_env, monkeypatch):

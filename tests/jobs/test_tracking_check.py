@@ -159,7 +159,7 @@ def test_without_the_mlflow_client_the_error_names_the_pip_install(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "pip install mlflow-skinny" in done.stderr
-    assert "pip install 'orchestrate[mlflow]'" in done.stderr
+    assert "pip install 'orchestrate-ray[mlflow]'" in done.stderr
     assert f"{path}:" in done.stderr and "tracking.mlflow" in done.stderr
     assert "Traceback" not in done.stderr and "embedded Ray" not in done.stderr
 

@@ -96,11 +96,11 @@ def test_missing_sdk_names_the_pip_extra(cluster, monkeypatch, capsys):
     spec = cluster(aws_yaml())
     with pytest.raises(MissingDependency) as raised:
         check_cluster(spec)
-    assert raised.value.hint == 'pip install "orchestrate[aws]"'
+    assert raised.value.hint == 'pip install "orchestrate-ray[aws]"'
     assert cli.main(["check", str(spec.path)]) == 1
-    assert 'TIP   pip install "orchestrate[aws]"' in capsys.readouterr().err
+    assert 'TIP   pip install "orchestrate-ray[aws]"' in capsys.readouterr().err
     row = [r for r in check_credentials() if r.name == "aws credentials"][0]
-    assert row.status == WARN and row.hint == 'pip install "orchestrate[aws]"'
+    assert row.status == WARN and row.hint == 'pip install "orchestrate-ray[aws]"'
 
 
 def test_ensure_ready_returns_the_results_when_nothing_fails(aws, cluster):
