@@ -48,6 +48,34 @@ NODE_GROUP_PROPS = {
     "labels": {"type": "object", "additionalProperties": {"type": "string"}},
 }
 
+# Ray's descriptions that are wrong, or that say too little for this tool's users (editors show
+# them on hover), by property path below the schema's `properties`.
+DESCRIPTIONS = {
+    ("max_workers",): (
+        "the most worker nodes, beside the head, the cluster runs at once over all node types "
+        "(each type's own max_workers limits it further); no smaller than the sum of the node "
+        "types' min_workers. Ray's default on aws, gcp and azure: 2"),
+    ("provider", "head_ip"): (
+        "provider type local only: the on-prem head host's address (an IP address or a host name "
+        "this machine resolves)"),
+    ("provider", "worker_ips"): (
+        "provider type local only: the on-prem worker hosts' addresses; the autoscaler starts Ray "
+        "on those it needs"),
+    ("provider", "region"): "aws: the region, e.g. us-east-1; gcp: the region, e.g. us-central1",
+    ("provider", "availability_zone"): (
+        "aws: the zones to launch in, comma-separated, e.g. us-east-1a,us-east-1b; gcp: the zone, "
+        "e.g. us-central1-a; azure: the availability zone"),
+    ("provider", "project_id"): "gcp: the project the instances are made in (its globally unique id)",
+    ("provider", "namespace"): "kuberay: the Kubernetes namespace the RayCluster is made in",
+    ("provider", "use_internal_ips"): (
+        "reach the nodes at their private addresses: this machine must be inside or peered with "
+        "their network"),
+}
+NODE_TYPE_DESCRIPTIONS = {
+    "min_workers": "workers of this type kept running; `up` starts them",
+    "max_workers": "the most workers of this type the autoscaler runs at once",
+}
+
 
 def ray_schema_path() -> Path:
     spec = importlib.util.find_spec("ray")
@@ -137,7 +165,13 @@ def build() -> dict:
         "type": "string", "enum": sorted(PROVIDERS), "description": "where the nodes run"}
     node_type = props["available_node_types"]["patternProperties"][".*"]
     for key in ("min_workers", "max_workers"):
-        node_type["properties"][key] = {"type": "integer", "minimum": 0}
+        node_type["properties"][key] = {"type": "integer", "minimum": 0,
+                                        "description": NODE_TYPE_DESCRIPTIONS[key]}
+    for path, text in DESCRIPTIONS.items():
+        where = props
+        for key in path[:-1]:
+            where = where[key]["properties"]
+        where[path[-1]]["description"] = text
     node_type["required"] = [key for key in node_type["required"] if key != "resources"]
     schema["allOf"] = [*schema.get("allOf", []), resources_rule(), legacy_rule(props)]
     schema["x-ray-defaults"] = ray_defaults()

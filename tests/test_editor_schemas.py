@@ -95,3 +95,17 @@ def test_schema_without_a_kind_or_onto_a_file_is_refused(tmp_path, capsys):
     assert main(["schema", "--write", str(taken)]) == 1
     assert "is not a folder" in capsys.readouterr().err
     assert taken.read_text() == "mine"
+
+
+def test_hover_texts_say_what_the_fields_do_here():
+    """Ray's own descriptions of these fields are wrong (max_workers: "no larger than the sum of
+    min_workers", Ray's check is the other way round) or name another cloud (head_ip: "gcp
+    project id"); the editor shows the corrected ones."""
+    props = json.loads((REPO / "schemas" / "cluster.schema.json").read_text())["properties"]
+    provider = props["provider"]["properties"]
+    assert "no smaller than the sum of the node types' min_workers" in props["max_workers"]["description"]
+    assert provider["head_ip"]["description"].startswith("provider type local only: the on-prem head")
+    assert provider["worker_ips"]["description"].startswith("provider type local only: the on-prem worker")
+    assert "gcp" not in provider["head_ip"]["description"]
+    node_type = props["available_node_types"]["patternProperties"][".*"]["properties"]
+    assert all(node_type[key].get("description") for key in ("min_workers", "max_workers"))
