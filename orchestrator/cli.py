@@ -99,7 +99,10 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     chosen = chosen_verb(argv)
-    for verb, (module_name, help_text) in COMMANDS.items():
+    # A command line with its verb needs that verb's parser alone (usage and errors are its
+    # own); the others are built for `--help` and for a missing or unknown verb.
+    verbs = {chosen: COMMANDS[chosen]} if chosen else COMMANDS
+    for verb, (module_name, help_text) in verbs.items():
         command_parser = sub.add_parser(verb, help=help_text, description=help_text)
         if verb == chosen:
             module = importlib.import_module(module_name)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,17 @@ class Document:
     file: str
     data: dict[str, Any]
     lines: dict[FieldPath, tuple[int, int]]  # field path -> (line, column), 1-based
-    sha256: str = ""                         # of the file's bytes (`load_file`)
+    raw: bytes = field(default=b"", repr=False, compare=False)   # the file's bytes (`load_file`)
+
+    @property
+    def sha256(self) -> str:
+        """Of the file's bytes; "" for text not read from a file. Hashed when asked (`validate`
+        never asks, and does not pay for hashlib's import)."""
+        if not self.raw:
+            return ""
+        import hashlib
+
+        return hashlib.sha256(self.raw).hexdigest()
 
     def line_of(self, path: FieldPath) -> int | None:
         """Line of the field, or of its nearest written parent (a missing key's mapping)."""
@@ -324,6 +334,5 @@ def load_file(path: str | Path) -> Document:
             [Problem(name, f"the file is not UTF-8 text (bad byte at offset {exc.start})")]
         ) from None
     import dataclasses
-    import hashlib
 
-    return dataclasses.replace(load_text(text, name), sha256=hashlib.sha256(raw).hexdigest())
+    return dataclasses.replace(load_text(text, name), raw=raw)

@@ -49,21 +49,24 @@ def _resolved(file: str) -> str:
 
 def validate_file(path: Path) -> dict[str, Any]:
     from ..language import load_any
-    from ..language.cluster import ClusterSpec
-    from ..language.experiment import ExperimentSpec
-    from ..language.project import PROJECT_FILE, load_project
+    from ..language.kinds import PROJECT_FILE
 
     try:
         if path.name == PROJECT_FILE:
+            from ..language.project import load_project
             load_project(path)
             return {"file": str(path), "kind": "project", "valid": True, "errors": []}
         spec = load_any(path, here=False)
     except SpecError as exc:
         return {"file": str(path), "kind": None, "valid": False,
                 "errors": [p.as_dict() for p in exc.problems]}
+    from ..language.cluster import ClusterSpec
+
     if isinstance(spec, ClusterSpec):
         kind, warnings = "cluster", list(spec.warnings)
-    else:
+    else:   # an experiment's or service's module: the file was one (and imported it)
+        from ..language.experiment import ExperimentSpec
+
         kind = "experiment" if isinstance(spec, ExperimentSpec) else "service"
         warnings = list(spec.cluster.warnings if spec.cluster else ())
     return {"file": str(path), "kind": kind, "valid": True, "errors": [p.as_dict() for p in warnings]}

@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 
 
 def kind_of(data: dict[str, Any]) -> str | None:
-    from .kinds import is_cluster_document, is_experiment_document
-    from .service import is_service_document
+    from .kinds import is_cluster_document, is_experiment_document, is_service_document
 
     if is_cluster_document(data):
         return "cluster"
@@ -37,16 +36,15 @@ def kind_of(data: dict[str, Any]) -> str | None:
 
 def build_any(doc: Document, path: Path, *, here: bool = True) -> ClusterSpec | ExperimentSpec | ServiceSpec:
     """A parsed document as the spec its keys say it is; `here` as in `load_cluster`."""
-    from .cluster import build_cluster
-    from .experiment import build_experiment
-    from .service import build_service
-
-    kind = kind_of(doc.data)
+    kind = kind_of(doc.data)   # each kind's module imported only for a file of that kind
     if kind == "cluster":
+        from .cluster import build_cluster
         return build_cluster(doc, path, here=here)
     if kind == "experiment":
+        from .experiment import build_experiment
         return build_experiment(doc, path, here=here)
     if kind == "service":
+        from .service import build_service
         return build_service(doc, path, here=here)
     raise SpecError([Problem(
         str(path), "cannot tell what this file is: a cluster file has 'cluster_name' and "

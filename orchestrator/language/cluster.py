@@ -141,8 +141,13 @@ def provider_typos(doc: Document, data: dict[str, Any]) -> list[Problem]:
     from dataclasses import replace
 
     warnings = []
-    known = known_provider_keys()
+    own = _provider_of(data)
+    first = set(COMMON_PROVIDER_KEYS) | set(own.KEYS if own else ())
+    known: list[str] = []   # every provider's keys: read (importing each module) only when needed
     for key in data.get("provider") or {}:
+        if key in first:
+            continue
+        known = known or known_provider_keys()
         hint = None if key in known else did_you_mean(key, known)
         if hint:
             problem = doc.problem(("provider", key), f"'{key}' is not a key Ray reads; it is ignored", hint)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from ..errors import Problem, SpecError
 from ..yamlload import Document, load_file
+from .kinds import PROJECT_FILE
 from .schema import schema_problems
 
-PROJECT_FILE = "orchestrate.yaml"
 STATE_ENV = "ORCHESTRATE_STATE"
 SECRETS_ENV = "ORCHESTRATE_SECRETS"
 

@@ -25,6 +25,7 @@ from ..errors import Problem, SpecError
 from ..util.uris import CREDENTIALS_HINT, CREDENTIALS_MESSAGE, has_credentials, is_uri
 from ..yamlload import Document, load_file
 from .experiment import cluster_of, load_experiment
+from .kinds import SOURCES, is_service_document  # noqa: F401  (where callers have found them)
 from .paths import holds, local
 from .schema import schema_problems
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from .cluster import ClusterSpec
     from .experiment import ExperimentSpec
 
-SOURCES = ("experiment", "run", "checkpoint")
 CHOICES = ("best", "latest")
 
 
@@ -47,13 +47,6 @@ class ServiceSpec:
     checkpoint: str                     # best | latest (of a run), or "" for a checkpoint folder
     cluster: ClusterSpec | None = None  # None: the embedded Ray
     doc: Document | None = field(repr=False, compare=False, default=None)
-
-
-def is_service_document(data: dict[str, Any]) -> bool:
-    model = data.get("model")
-    return "trainer" not in data and (
-        (isinstance(model, dict) and any(k in model for k in SOURCES))
-        or any(k in data for k in ("route_prefix", "replicas", "autoscaling", "auth")))
 
 
 def _local(base: Path, value: str) -> str:

@@ -10,7 +10,8 @@
     check_credentials() -> list[CheckResult]   which clouds have usable credentials (no file)
 
 Adding a provider is one module satisfying `base.Provider` plus its tests, and a line here.
-Provider modules import their SDK only inside their functions, so importing this is cheap.
+A provider module is imported when it is first asked for (`validate` of an AWS file imports the
+aws module alone), and imports its SDK only inside its functions.
 
 Endpoints (for private endpoints and for tests): boto3 reads AWS_ENDPOINT_URL itself;
 ORCHESTRATE_GCP_ENDPOINT sets the Compute Engine API endpoint; ORCHESTRATE_AZURE_ENDPOINT sets
@@ -19,16 +20,48 @@ otherwise ask login.microsoftonline.com about a custom AZURE_AUTHORITY_HOST).
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import MissingDependency, PreflightError
-from . import aws, azure, gcp, kuberay, local
 from .base import FAIL, OK, WARN, CheckResult, ClusterView, Provider, RayUpSite
 
-PROVIDERS: dict[str, Provider] = {aws.NAME: aws, gcp.NAME: gcp, azure.NAME: azure, local.NAME: local,
-                                  kuberay.NAME: kuberay}
+_Module = TypeVar("_Module")
+
+
+class _Registry(Mapping[str, _Module], Generic[_Module]):
+    """`provider.type` -> its module (orchestrator/providers/<name>.py), imported when asked for."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self._names = names
+
+    def __getitem__(self, name: str) -> _Module:
+        if name not in self._names:
+            raise KeyError(name)
+        module: Any = importlib.import_module(f"{__name__}.{name}")
+        return module
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+
+PROVIDERS: Mapping[str, Provider] = _Registry(("aws", "gcp", "azure", "local", "kuberay"))
 # The providers launched by `ray up` (LAUNCH "ray-up"): all but kuberay (KubeRay's operator).
-RAY_UP: dict[str, RayUpSite] = {aws.NAME: aws, gcp.NAME: gcp, azure.NAME: azure, local.NAME: local}
+RAY_UP: Mapping[str, RayUpSite] = _Registry(("aws", "gcp", "azure", "local"))
+
+
+def __getattr__(name: str) -> Any:
+    """`providers.aws` and the rest, imported on first use like the registry's."""
+    if name in PROVIDERS:
+        return PROVIDERS[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["CheckResult", "PROVIDERS", "Provider", "RAY_UP", "RayUpSite", "OK", "WARN", "FAIL",

@@ -14,7 +14,6 @@ CATALOG_DATE). Read with the standard library, once, when first asked.
 """
 from __future__ import annotations
 
-import csv
 import re
 from functools import cache
 from importlib import resources
@@ -52,6 +51,8 @@ def __getattr__(name: str) -> str:
 
 @cache
 def _table(file: str) -> Table:
+    import csv
+
     table: Table = {}
     text = _read(file)
     for row in csv.DictReader(text.splitlines()):
