@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "json":
             emit_json({"services": rows})
         else:
-            print_table([[r["name"], r["status"], r["replicas"], r["url"], r.get("cluster") or "local"]
+            print_table([[r["name"], r["status"], r["replicas"], r["url"], r.get("cluster") or "embedded"]
                          for r in rows], ["NAME", "STATUS", "REPLICAS", "URL", "CLUSTER"])
         return 0
     if len(args.target) != 1:
