@@ -69,7 +69,7 @@ if [ ! -x .venv-mlflow/bin/mlflow ]; then
 fi
 torch_install_args .venv/bin/python
 strategy=()
-[ ${#TORCH_ARGS[@]} -gt 1 ] && strategy=(--index-strategy unsafe-best-match)
+[ -n "$TORCH_INDEX" ] && strategy=(--index-strategy unsafe-best-match)
 install .venv/bin/python "${TORCH_ARGS[@]}" "${strategy[@]}" -e ".[dev]"
 if [ -n "$mlflow_setup" ]; then
     wait "$mlflow_setup" || { echo "setup-dev: the MLflow server's venv (.venv-mlflow) failed" >&2; exit 1; }

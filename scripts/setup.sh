@@ -13,5 +13,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # torch first and pinned to its build: an unpinned torch would pull a multi-GB CUDA build.
 torch_install_args .venv/bin/python
-.venv/bin/python -m pip install -q --disable-pip-version-check "${TORCH_ARGS[@]}"
+.venv/bin/python -m pip install -q --disable-pip-version-check "${TORCH_ARGS[@]}" || torch_failed
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[ray]"

@@ -22,10 +22,16 @@ printf '%s\\n' "$*" >> "$RECORD"
 case "$1" in -c) exit "$REACH";; esac
 exit 0
 """
+# `uname -s` / `uname -m` of another machine.
+UNAME = """#!/bin/sh
+case "$1" in -s) echo "$UNAME_S";; -m) echo "$UNAME_M";; esac
+"""
 
 
-def set_up(tmp_path: Path, reach: bool, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """Run a copy of scripts/setup.sh whose .venv/bin/python records what it is asked to do."""
+def set_up(tmp_path: Path, reach: bool, machine: tuple[str, str] | None = None,
+           **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run a copy of scripts/setup.sh whose .venv/bin/python records what it is asked to do
+    (with `machine`, on another one's `uname`)."""
     (tmp_path / "scripts").mkdir()
     for name in ("setup.sh", "torch.sh"):
         shutil.copy(ROOT / "scripts" / name, tmp_path / "scripts" / name)
@@ -34,10 +40,15 @@ def set_up(tmp_path: Path, reach: bool, **env: str) -> tuple[subprocess.Complete
     python.write_text(RECORDER)
     python.chmod(0o755)
     record = tmp_path / "record"
+    here = {k: v for k, v in os.environ.items() if not k.startswith("ORCHESTRATE_TORCH")}
+    if machine:
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "uname").write_text(UNAME)
+        (tmp_path / "bin" / "uname").chmod(0o755)
+        here.update(PATH=f"{tmp_path / 'bin'}:{here['PATH']}", UNAME_S=machine[0], UNAME_M=machine[1])
     done = subprocess.run(["bash", str(tmp_path / "scripts" / "setup.sh")], capture_output=True,
                           text=True, timeout=60,
-                          env={**os.environ, "RECORD": str(record), "REACH": "0" if reach else "1",
-                               **env})
+                          env={**here, "RECORD": str(record), "REACH": "0" if reach else "1", **env})
     calls = record.read_text().splitlines() if record.exists() else []
     return done, calls
 
@@ -73,6 +84,28 @@ def test_a_gpu_machine_picks_its_build(tmp_path: Path, build: str, wanted: str) 
     assert any(call.startswith("-c ") for call in calls) == (build != "pypi")
 
 
+@pytest.mark.parametrize("machine", [("Darwin", "arm64"), ("Linux", "aarch64")])
+def test_where_pypis_wheel_is_the_cpu_build_it_is_taken(tmp_path: Path, machine) -> None:
+    """PyTorch's CPU index has no +cpu wheel for macOS or Linux on ARM; PyPI's is the CPU build."""
+    done, calls = set_up(tmp_path, reach=True, machine=machine)
+    assert done.returncode == 0, done.stderr
+    assert pip_installs(calls) == ["torch==2.13.0", "-e .[ray]"]
+    x86 = tmp_path / "x86"
+    x86.mkdir()
+    done, calls = set_up(x86, reach=True, machine=("Linux", "x86_64"))
+    assert pip_installs(calls)[0] == f"torch==2.13.0+cpu --extra-index-url {INDEX}/cpu"
+
+
+def test_a_mirror_or_no_index(tmp_path: Path) -> None:
+    done, calls = set_up(tmp_path, reach=True, ORCHESTRATE_TORCH_INDEX="https://mirror.example/whl/")
+    assert pip_installs(calls)[0] == "torch==2.13.0+cpu --extra-index-url https://mirror.example/whl/cpu"
+    other = tmp_path / "none"
+    other.mkdir()
+    done, calls = set_up(other, reach=True, ORCHESTRATE_TORCH_INDEX="none")
+    assert pip_installs(calls)[0] == "torch==2.13.0+cpu"
+    assert not any(call.startswith("-c ") for call in calls)   # nothing asked of any index
+
+
 def test_a_build_that_is_none_installs_nothing(tmp_path: Path) -> None:
     done, calls = set_up(tmp_path, reach=True, ORCHESTRATE_TORCH="gpu")
     assert done.returncode == 2
@@ -81,10 +114,18 @@ def test_a_build_that_is_none_installs_nothing(tmp_path: Path) -> None:
 
 
 def test_the_command_this_machine_gets_takes_the_cpu_build(tmp_path: Path) -> None:
-    """The torch line of scripts/setup.sh, as this machine's pip resolves it (nothing installed)."""
-    script = (f". {ROOT / 'scripts' / 'torch.sh'}; torch_install_args {sys.executable}; "
-              f'{sys.executable} -m pip install --dry-run --no-deps --ignore-installed -q '
-              '--report - "${TORCH_ARGS[@]}"')
+    """The torch line of scripts/setup.sh as this machine's pip resolves it from its own local
+    wheel folder (`--no-index`: no test traffic leaves the machine; nothing is installed). The
+    project's machines reach no PyTorch index and take the CPU build from there."""
+    links = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                           text=True, timeout=60).stdout + os.environ.get("PIP_FIND_LINKS", "")
+    if "find-links" not in links and not os.environ.get("PIP_FIND_LINKS"):
+        pytest.skip("pip here is told of no local wheel folder; the recorded commands above are "
+                    "what this machine's set-up runs")
+    script = (f"ORCHESTRATE_TORCH_INDEX=none; . {ROOT / 'scripts' / 'torch.sh'}; "
+              f"torch_install_args {sys.executable}; "
+              f"{sys.executable} -m pip install --dry-run --no-deps --no-index --ignore-installed "
+              '-q --report - "${TORCH_ARGS[@]}"')
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     chosen = [(item["metadata"]["name"], item["metadata"]["version"])
