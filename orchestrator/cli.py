@@ -100,8 +100,9 @@ def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     sub.required = True
     chosen = chosen_verb(argv)
     # A command line with its verb needs that verb's parser alone (usage and errors are its
-    # own); the others are built for `--help` and for a missing or unknown verb.
-    verbs = {chosen: COMMANDS[chosen]} if chosen else COMMANDS
+    # own); the others are built for `--help` (`--help run` too) and a missing or unknown verb.
+    asks_help = chosen is not None and bool({"-h", "--help"} & set(argv[:argv.index(chosen)]))
+    verbs = {chosen: COMMANDS[chosen]} if chosen is not None and not asks_help else COMMANDS
     for verb, (module_name, help_text) in verbs.items():
         command_parser = sub.add_parser(verb, help=help_text, description=help_text)
         if verb == chosen:

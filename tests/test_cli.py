@@ -91,8 +91,10 @@ def test_wheel_ships_the_schemas_and_works_installed(tmp_path):
     """A non-editable install must find the schemas inside the package."""
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "-q", "-w", str(tmp_path / "dist"), str(REPO)], check=True, capture_output=True)
-    (wheel,) = (tmp_path / "dist").glob("orchestrate-*.whl")
+    (wheel,) = (tmp_path / "dist").glob("orchestrate_ray-*.whl")   # the distribution's name
     names = zipfile.ZipFile(wheel).namelist()
+    (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
+    assert "\nName: orchestrate-ray\n" in zipfile.ZipFile(wheel).read(metadata).decode()
     assert "orchestrator/schemas/cluster.schema.json" in names
     assert "orchestrator/schemas/experiment.schema.json" in names
     assert "orchestrator/py.typed" in names  # the package is typed (mypy strict)
@@ -163,3 +165,22 @@ def test_a_command_that_needs_the_ray_extra_says_so_without_it(tmp_path):
     assert done.returncode == 1, done.stderr
     assert "'filelock', which is not installed" in done.stderr
     assert 'pip install "orchestrate-ray[ray]"' in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--help", "run"], ["-h", "validate", "x.yaml"]])
+def test_help_before_a_verb_lists_every_command(argv, capsys):
+    """A command line with its verb builds that verb's parser alone (a fast start); help asked
+    before the verb still lists them all."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert all(verb in shown for verb in ("validate", "run", "apply", "force-unlock")), shown
+
+
+def test_help_after_a_verb_is_that_verbs(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["validate", "--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    assert shown.startswith("usage: orchestrate validate") and "--format" in shown
