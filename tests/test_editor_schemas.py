@@ -14,8 +14,7 @@ import yaml
 
 from orchestrator.cli import main
 from orchestrator.commands.schema import KINDS
-from orchestrator.language.kinds import is_cluster_document, is_experiment_document
-from orchestrator.language.service import is_service_document
+from orchestrator.language.kinds import is_cluster_document, is_experiment_document, is_service_document
 
 REPO = Path(__file__).resolve().parents[1]
 MODELINE = "# yaml-language-server: $schema="

@@ -25,7 +25,6 @@ from ..errors import Problem, SpecError
 from ..util.uris import CREDENTIALS_HINT, CREDENTIALS_MESSAGE, has_credentials, is_uri
 from ..yamlload import Document, load_file
 from .experiment import cluster_of, load_experiment
-from .kinds import SOURCES, is_service_document  # noqa: F401  (where callers have found them)
 from .paths import holds, local
 from .schema import schema_problems
 

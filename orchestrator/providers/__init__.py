@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator, Mapping
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from ..errors import MissingDependency, PreflightError
 from .base import FAIL, OK, WARN, CheckResult, ClusterView, Provider, RayUpSite
@@ -39,8 +39,7 @@ class _Registry(Mapping[str, _Module], Generic[_Module]):
     def __getitem__(self, name: str) -> _Module:
         if name not in self._names:
             raise KeyError(name)
-        module: Any = importlib.import_module(f"{__name__}.{name}")
-        return module
+        return cast(_Module, importlib.import_module(f"{__name__}.{name}"))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._names)
@@ -55,6 +54,14 @@ class _Registry(Mapping[str, _Module], Generic[_Module]):
 PROVIDERS: Mapping[str, Provider] = _Registry(("aws", "gcp", "azure", "local", "kuberay"))
 # The providers launched by `ray up` (LAUNCH "ray-up"): all but kuberay (KubeRay's operator).
 RAY_UP: Mapping[str, RayUpSite] = _Registry(("aws", "gcp", "azure", "local"))
+
+
+if TYPE_CHECKING:   # mypy checks each module against the protocols the registries promise
+    from . import aws, azure, gcp, kuberay, local
+
+    _PROVIDERS: dict[str, Provider] = {"aws": aws, "gcp": gcp, "azure": azure, "local": local,
+                                       "kuberay": kuberay}
+    _RAY_UP: dict[str, RayUpSite] = {"aws": aws, "gcp": gcp, "azure": azure, "local": local}
 
 
 def __getattr__(name: str) -> Any:

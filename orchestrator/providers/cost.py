@@ -54,7 +54,7 @@ def money(value: float | None) -> str:
 def cluster_price(config: dict[str, Any]) -> ClusterPrice:
     """The prices of a validated Ray config (ClusterSpec.document, or a rendered or recorded
     config). The worst case takes the priciest node types first under the worker limits."""
-    from . import get  # the registry imports the provider modules, which import this one
+    from . import get  # the provider modules import this one: asked for here, not at import
 
     provider = get(str((config.get("provider") or {}).get("type")))
     layout = provider.price_layout(config)

@@ -18,7 +18,8 @@ from .test_aws import aws_yaml
 
 
 def test_registry_is_keyed_by_name_and_every_module_satisfies_the_protocol():
-    """mypy checks the types (PROVIDERS is a dict[str, Provider]); this checks it at run time."""
+    """mypy checks the types (the registries are typed against the protocols under TYPE_CHECKING);
+    this checks it at run time, each module imported through the registry."""
     members = {name: value for name, value in vars(Provider).items() if not name.startswith("_")}
     assert {"NAME", "EXTRA", "REQUIRED", "check", "credentials", "after_down"} <= set(members)
     for name, module in PROVIDERS.items():
