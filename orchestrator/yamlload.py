@@ -197,10 +197,12 @@ def _syntax_hint(text: str, exc: yaml.MarkedYAMLError, line: int | None) -> str 
     said = f"{exc.problem or ''} {exc.context or ''}"
     lines = text.splitlines()
     near = lines[max(0, (line or 1) - 3):(line or 1)]
-    if "\t" in "".join(near) or "'\\t'" in said:
+    indents = [row[:len(row) - len(row.lstrip())] for row in near]
+    if any("\t" in indent for indent in indents) or "'\\t'" in said:
         return "indent with spaces: YAML does not take tabs"
     if any(marker in said for marker in _INDENTATION):
-        return (f"check the indentation of line {line} against the lines above it: the keys of "
+        which = f"line {line}" if line else "the line"
+        return (f"check the indentation of {which} against the lines above it: the keys of "
                 "one section start in the same column, a key of a section further right than "
                 "the section's name")
     return None

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from ..contract import PREDICTIONS_FOLDER, DatasetSection
 from ..errors import JobError, OrchestrateError, Problem, SpecError
-from ..language.experiment import ExperimentSpec, load_experiment
+from ..language.experiment import ExperimentSpec, guess_format, load_experiment
 from ..reach.target import recorded_cluster
-from ..render.experiment import dataset_path, guess_format, ship
+from ..render.experiment import dataset_path, ship
 from ..render.predict import PredictPlan, PredictRequest, Settings, render_predict
 from ..state import ClusterRecord, State
 from ..util.progress import Progress

@@ -123,14 +123,15 @@ SUFFIX_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".npy": "num
                   ".parquet": "parquet", ".pq": "parquet"}
 
 
+def guess_format(path: str) -> str:
+    """A dataset's format when its `format:` is left out: its suffix's, else parquet."""
+    return SUFFIX_FORMATS.get(Path(path.rstrip("/")).suffix.lower(), "parquet")
+
+
 def _format_problems(doc: Document, name: str, dataset: dict[str, Any]) -> list[Problem]:
-    """`format:` that no reader takes yet, or that the path's own suffix contradicts."""
+    """`format:` that the path's own suffix contradicts (`images`, which no reader takes yet, is
+    the schema's: language.schema.NOT_YET)."""
     written = dataset.get("format")
-    if written == "images":
-        return [doc.problem(("datasets", name, "format"), "format: images has no reader in the "
-                            "job yet: a folder of image files is read by a later version",
-                            "store the images in parquet, as a column of bytes or arrays, "
-                            "and write format: parquet")]
     said = SUFFIX_FORMATS.get(Path(str(dataset["path"]).rstrip("/")).suffix.lower())
     if written is None or said is None or said == written:
         return []
@@ -174,8 +175,7 @@ def _label_problems(doc: Document, data: dict[str, Any], name: str, dataset: dic
     from .columns import columns
 
     label = data.get("label_column")
-    fmt = dataset.get("format") or SUFFIX_FORMATS.get(Path(str(dataset["path"]).rstrip("/"))
-                                                      .suffix.lower(), "parquet")
+    fmt = dataset.get("format") or guess_format(str(dataset["path"]))
     if not isinstance(label, str) or not label:
         return []
     found = columns(path, fmt, dataset.get("read_options"))
@@ -193,7 +193,8 @@ def cluster_of(doc: Document, data: dict[str, Any], base: Path,
         return None, []
     path = local(base, data["cluster"])
     if isinstance(data["cluster"], str) and not holds(path, Path.is_file):
-        return None, [doc.problem(("cluster",), f"no such file: '{data['cluster']}' (relative "
+        what = "is a folder, not a cluster file" if holds(path, Path.is_dir) else "no such file"
+        return None, [doc.problem(("cluster",), f"{what}: '{data['cluster']}' (relative "
                                   f"paths start at {base})",
                                   "name the cluster file the run goes to, or leave `cluster:` "
                                   "out to run on the embedded Ray")]
@@ -220,7 +221,7 @@ def _profiling_problems(doc: Document, data: dict[str, Any],
 
 # The top-level keys each check reads: a check runs when the schema found none of them broken,
 # so one pass reports the schema's errors and every check they leave standing.
-PATH_KEYS = ("working_dir", "train_loop", "run_config", "datasets", "label_column", "trainer")
+PATH_KEYS = ("working_dir", "train_loop", "run_config", "datasets", "label_column")
 ENVIRONMENT_KEYS = ("runtime_env", "working_dir", "cluster")
 
 

@@ -29,7 +29,7 @@ from ..contract import (
 )
 from ..errors import Problem
 from ..language.environment import IN_WORKING_DIR, Environment
-from ..language.experiment import ExperimentSpec
+from ..language.experiment import ExperimentSpec, guess_format
 from ..util.uris import is_uri
 from ..util.workdir import WorkingDir, excludes_for, scan
 
@@ -159,11 +159,6 @@ def _dataset(d: dict[str, Any], base: Path, working_dir: Path) -> DatasetSection
     if d.get("read_options"):
         section["read_options"] = d["read_options"]
     return section
-
-
-def guess_format(path: str) -> str:
-    suffix = Path(path.rstrip("/")).suffix.lower().lstrip(".")
-    return {"csv": "csv", "json": "json", "jsonl": "json", "npy": "numpy"}.get(suffix, "parquet")
 
 
 def identity(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -283,3 +283,37 @@ def test_a_clusters_warning_met_again_through_an_experiment_is_printed_once(tmp_
     warnings = [line for line in capsys.readouterr().err.splitlines()
                 if line.startswith("WARNING")]
     assert len(warnings) == 1 and "ssh_private_key" in warnings[0], warnings
+
+
+def test_a_label_column_is_looked_for_as_ray_data_would_read_the_file(tmp_path, capsys):
+    """A byte-order mark before the header, a Hive partition folder's key (a column to Ray
+    Data), a compressed CSV (not read here: nothing said) are no false alarms."""
+    (tmp_path / "bom.csv").write_bytes("\ufefftarget,a\n0,1\n".encode())
+    (tmp_path / "parts" / "target=0").mkdir(parents=True)
+    (tmp_path / "parts" / "target=0" / "part-1.csv").write_text("a\n1\n")
+    (tmp_path / "train.csv.gz").write_bytes(b"\x1f\x8b\x08\x00 not a header")
+    spec = tmp_path / "e.yaml"
+    for path in ("bom.csv", "parts/", "train.csv.gz"):
+        spec.write_text("name: e\ntrainer: torch\nmodel: {name: mlp, hidden_dims: [8], "
+                        f"num_classes: 2}}\nlabel_column: target\ndatasets:\n  train: {{path: {path}"
+                        ", format: csv}\nscaling_config: {num_workers: 1}\n")
+        assert main(["validate", str(spec)]) == 0, (path, capsys.readouterr().err)
+
+
+def test_a_cluster_that_names_a_folder_says_so(tmp_path, capsys):
+    (tmp_path / "clusters").mkdir()
+    spec = tmp_path / "e.yaml"
+    spec.write_text("name: e\ntrainer: torch\ncluster: clusters\nmodel: {name: mlp, hidden_dims: [8], "
+                    "num_classes: 2}\nlabel_column: y\ndatasets:\n  train: {path: s3://b/t.csv}\n"
+                    "scaling_config: {num_workers: 1}\n")
+    assert main(["validate", str(spec)]) == 1
+    assert f"{spec}:3: cluster: is a folder, not a cluster file: 'clusters'" in capsys.readouterr().err
+
+
+def test_a_tab_inside_a_value_is_not_taken_for_a_tab_indent(tmp_path, capsys):
+    spec = tmp_path / "c.yaml"
+    spec.write_text('cluster_name: "a\tb"\nprovider: {type: local\nhead_ip: x\n')
+    assert main(["validate", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert ":3:8: not valid YAML: did not find expected" in err, err
+    assert "indent with spaces" not in err, err
