@@ -82,7 +82,10 @@ MEANING = {"kuberay": "Kubernetes, through KubeRay's operator",
 NOT_YET = {("trainer", "tensorflow"): "TensorFlow is not a built-in trainer yet: run your own "
                                       "training function with `train_loop: module:function`",
            ("trainer", "keras"): "Keras is not a built-in trainer yet: run your own training "
-                                 "function with `train_loop: module:function`"}
+                                 "function with `train_loop: module:function`",
+           ("format", "images"): "format: images has no reader in the job yet (a later version "
+                                 "reads folders of image files): store the images in parquet, as "
+                                 "a column of bytes or arrays, and write format: parquet"}
 
 
 def enum_hint(path: FieldPath, value: Any, choices: list[Any]) -> str | None:
