@@ -8,7 +8,7 @@ The reference goes between two marker comments:
     <!-- commands end -->
 
 The output depends only on the parser (same code, same bytes; the terminal's width does not
-matter: argparse is given a fixed one).
+matter: the usage is joined into one line).
 
     python scripts/command_docs.py          # rewrite the reference
     python scripts/command_docs.py --check  # exit 1 if it is stale
@@ -16,16 +16,16 @@ matter: argparse is given a fixed one).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 DOC = ROOT / "docs" / "commands.md"
 COMMAND = "python scripts/command_docs.py"
 MARKERS = re.compile(r"(<!-- commands begin -->\n)(?P<body>.*?)(<!-- commands end -->)", re.DOTALL)
-WIDTH = 100
 
 
 def _cell(text: str) -> str:
@@ -33,7 +33,6 @@ def _cell(text: str) -> str:
 
 
 def _parser(verb: str) -> argparse.ArgumentParser:
-    sys.path.insert(0, str(ROOT))
     from orchestrator import cli
 
     parser = cli.build_parser([verb])
@@ -44,7 +43,9 @@ def _parser(verb: str) -> argparse.ArgumentParser:
 
 def _names(action: argparse.Action) -> str:
     if not action.option_strings:
-        return f"`{action.metavar or action.dest}`" + (" ..." if action.nargs in ("+", "*") else "")
+        name = action.metavar or (
+            "{" + ",".join(map(str, action.choices)) + "}" if action.choices else action.dest)
+        return f"`{name}`" + (" ..." if action.nargs in ("+", "*") else "")
     shown = ", ".join(action.option_strings)
     if action.nargs == 0:
         return f"`{shown}`"
@@ -56,8 +57,9 @@ def _names(action: argparse.Action) -> str:
 
 
 def _default(action: argparse.Action) -> str:
-    if action.nargs == 0 or action.default in (None, argparse.SUPPRESS, False, []) or \
-            "default" in (action.help or ""):
+    unset = action.default is None or action.default is argparse.SUPPRESS or \
+        action.default is False or action.default == []    # not 0: `--gpus 0` is a default
+    if action.nargs == 0 or unset or "default" in (action.help or ""):
         return ""
     return f"`{action.default}`"
 
@@ -65,7 +67,6 @@ def _default(action: argparse.Action) -> str:
 def section(verb: str, help_text: str) -> str:
     parser = _parser(verb)
     parser.prog = f"orchestrate {verb}"
-    os.environ["COLUMNS"] = str(WIDTH)
     usage = " ".join(parser.format_usage().removeprefix("usage: ").split())
     lines = [f"### `{verb}`", "", help_text[0].upper() + help_text[1:] + ".", "",
              "```", usage, "```", ""]
@@ -82,7 +83,6 @@ def section(verb: str, help_text: str) -> str:
 
 
 def reference() -> str:
-    sys.path.insert(0, str(ROOT))
     from orchestrator.cli import COMMANDS
 
     head = [f"Generated from the CLI's own parser by `{COMMAND}`; do not edit by hand.", ""]
