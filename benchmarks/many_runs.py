@@ -336,7 +336,7 @@ class Bench:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-        self.orchestrate("stop", "--local-ray")
+        self.orchestrate("stop", "--embedded")
 
 
 def sizes(text: str) -> list[int]:

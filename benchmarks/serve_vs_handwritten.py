@@ -123,7 +123,7 @@ def setup() -> Iterator[Bench]:
                         print(f"cleanup: Serve after unserve: {applications(b)}", flush=True)
                     except Exception as exc:  # noqa: BLE001 - only shown
                         print(f"cleanup: Serve after unserve: no answer ({exc})", flush=True)
-                    done = b.orchestrate("stop", "--local-ray", check=False)
+                    done = b.orchestrate("stop", "--embedded", check=False)
                     print(f"cleanup: orchestrate stop --embedded: exit {done.returncode} "
                           f"{(done.stderr or done.stdout).strip()}", flush=True)
         finally:

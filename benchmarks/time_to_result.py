@@ -57,7 +57,7 @@ class Bench:
                               env=self.env, capture_output=True, text=True)
 
     def stop_ray(self) -> None:
-        self.orchestrate("stop", "--local-ray")
+        self.orchestrate("stop", "--embedded")
 
     def ray_env(self) -> dict[str, str]:
         """The running embedded Ray's address and token, for `ray job submit`."""
