@@ -93,7 +93,7 @@ def test_relative_links_lead_to_a_file_and_heading(path: Path) -> None:
 
 def test_readme_gives_the_quick_start_and_the_test_command_that_ci_runs() -> None:
     readme = README.read_text()
-    blocks = re.findall(r"```\n(.*?)```", readme, flags=re.S)
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", readme, flags=re.S)
     assert any(block.strip() == QUICKSTART for block in blocks), f"README: no block `{QUICKSTART}`"
     assert any(block.strip() == TESTS for block in blocks), f"README: no block `{TESTS}`"
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
@@ -144,6 +144,12 @@ def test_every_extra_and_the_distribution_name_are_where_install_is_described() 
         assert "orchestrate-ray" in text, f"{place} does not name the distribution"
         for extra in project["optional-dependencies"]:
             assert f"`[{extra}]`" in text, f"{place} does not list the extra [{extra}]"
-    for path in [README, *(ROOT / "docs").glob("*.md"), ROOT / "examples" / "gitops" / "README.md"]:
-        wrong = re.findall(r"""pip install ["']?orchestrate(?:\[|\s|["']|$)""", path.read_text())
-        assert not wrong, f"{path.name}: {wrong} installs the other project's distribution"
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    texts = {path: path.read_text() for path in [
+        README, *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").rglob("*.*"),
+        *(ROOT / "orchestrator").rglob("*.py"), *(ROOT / "scripts").glob("*.*")] if path.is_file()}
+    texts[ROOT / "CHANGELOG.md"] = changelog[:changelog.index("\n## [0.")]   # what is not released
+    old = re.compile(r"""pip install (?:-\S+ )*["']?orchestrate(?:\[|\s|["']|$)""", re.M)
+    for path, text in texts.items():
+        wrong = old.findall(text)
+        assert not wrong, f"{path.relative_to(ROOT)}: {wrong} installs the other project's distribution"
