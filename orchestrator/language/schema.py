@@ -203,6 +203,9 @@ def _translate(error: ValidationError, doc: Document) -> list[Problem]:
     return [doc.problem(path, error.message)]
 
 
+NOT_A_STRING = " is not a string"
+
+
 def key_problems(doc: Document, value: Any = None, path: FieldPath = ()) -> list[Problem]:
     """Keys that are not strings (`1:`, `yes:`, `null:`): JSON and Ray's configs have none."""
     value = doc.data if value is None and not path else value
@@ -212,7 +215,7 @@ def key_problems(doc: Document, value: Any = None, path: FieldPath = ()) -> list
             if not isinstance(key, str):
                 text, hint = _key_text(key)
                 problems.append(Problem(
-                    doc.file, f"the key {describe_value(key)} is not a string",
+                    doc.file, f"the key {describe_value(key)}{NOT_A_STRING}",
                     doc.line_of(path + (key,)), None, format_path(path + (text,)), hint))
             else:
                 problems += key_problems(doc, item, path + (key,))
@@ -233,11 +236,14 @@ def _key_text(key: object) -> tuple[str, str]:
 
 def broken_keys(problems: list[Problem]) -> set[str] | None:
     """The top-level keys the errors among `problems` are in (an unknown key is its own);
-    None when one is about the document as a whole."""
+    None when one is about the document as a whole, or when keys that are not strings kept the
+    schema from being checked at all (`schema_problems` reports those alone)."""
     keys = set()
     for problem in problems:
         if problem.severity == "warning":
             continue
+        if problem.message.endswith(NOT_A_STRING):
+            return None
         top = re.split(r"[.\[]", problem.field, maxsplit=1)[0]
         if not top:
             return None

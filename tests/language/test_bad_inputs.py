@@ -317,3 +317,15 @@ def test_a_tab_inside_a_value_is_not_taken_for_a_tab_indent(tmp_path, capsys):
     err = capsys.readouterr().err
     assert ":3:8: not valid YAML: did not find expected" in err, err
     assert "indent with spaces" not in err, err
+
+
+def test_a_key_that_is_no_string_stops_the_checks_that_read_what_the_schema_did_not_see(tmp_path, capsys):
+    """benchmarks/fuzz.py found it: with a `null:` key the schema is not checked, so a string
+    `preprocessors` reached the preprocessor check (a TypeError, exit 3)."""
+    spec = tmp_path / "e.yaml"
+    spec.write_text("name: e\ntrainer: torch\nmodel: {name: mlp, hidden_dims: [8], num_classes: 2,"
+                    " null: 1}\nlabel_column: y\npreprocessors: '#/'\ndatasets:\n"
+                    "  train: {path: s3://b/t.csv}\nscaling_config: {num_workers: 1}\n")
+    assert main(["validate", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert f"{spec}:3: model.null: the key null is not a string" in err and "bug" not in err, err
