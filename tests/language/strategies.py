@@ -131,14 +131,18 @@ def yaml_texts(draw: st.DrawFn) -> str:
     return draw(text_mutations(text)) if draw(st.booleans()) else text
 
 
-def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def _paths(value: Any, path: tuple[Any, ...] = (), above: frozenset[int] = frozenset()) -> list[tuple[Any, ...]]:
+    """Every path into the tree; a recursive alias (a mutation made one) is not followed."""
     found = [path]
+    if id(value) in above:
+        return found
+    inside = above | {id(value)}
     if isinstance(value, dict):
         for key, item in value.items():
-            found += _paths(item, path + (key,))
+            found += _paths(item, path + (key,), inside)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            found += _paths(item, path + (index,))
+            found += _paths(item, path + (index,), inside)
     return found
 
 
