@@ -86,8 +86,14 @@ def main() -> None:
         token_file = work / "token"
         shutil.copy(home / "secrets" / "clusters" / name, token_file)
         token_file.chmod(0o600)
-        rendered["file_mounts"] = {k: str(token_file) if v.endswith(f"/clusters/{name}") else v
-                                   for k, v in rendered["file_mounts"].items()}
+        # The gRPC TLS material `up` made (a CA and a node certificate), kept for the raw side:
+        # `down` deletes it with the token.
+        tls = Path(f"{token_file}.tls")
+        shutil.copytree(home / "secrets" / "clusters" / f"{name}.tls", tls)
+        kept = {f"/clusters/{name}": str(token_file), f"/clusters/{name}.tls": str(tls)}
+        rendered["file_mounts"] = {
+            k: next((mine for end, mine in kept.items() if v.rstrip("/").endswith(end)), v)
+            for k, v in rendered["file_mounts"].items()}
         raw_file = work / "ray-cluster.yaml"
         raw_file.write_text(json.dumps(rendered))
         timed([*orchestrate, "down", name, "-y"], env)
