@@ -131,7 +131,8 @@ def yaml_texts(draw: st.DrawFn) -> str:
     return draw(text_mutations(text)) if draw(st.booleans()) else text
 
 
-def _paths(value: Any, path: tuple[Any, ...] = (), above: frozenset[int] = frozenset()) -> list[tuple[Any, ...]]:
+def _paths(value: Any, path: tuple[Any, ...] = (),
+           above: frozenset[int] = frozenset()) -> list[tuple[Any, ...]]:
     """Every path into the tree; a recursive alias (a mutation made one) is not followed."""
     found = [path]
     if id(value) in above:
