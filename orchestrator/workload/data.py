@@ -280,6 +280,11 @@ def cache(config: JobConfig, datasets: dict[str, Any], image: bool,
     specs = config["datasets"]
     auto = [name for name in datasets if specs[name].get("cache", "auto") == "auto"] \
         if cache_auto else []
+    if auto and retried_across_nodes(config, alive_nodes()):
+        print("orchestrate: datasets read again every epoch, not cached: this run retries after "
+              "failures on several nodes, and a lost node's cached blocks could not be rebuilt "
+              "(cache: true caches anyway)", flush=True)
+        auto = []
     estimates = {name: estimated_bytes(specs[name], image) for name in auto}
     choices = choose_cache(config, estimates, object_store_bytes() if auto else 0.0)
     for name, (_, why) in choices.items():
@@ -295,6 +300,24 @@ def cache_by_default(config: JobConfig) -> bool:
     trainers read their data once and never cache by default."""
     epochs = (config.get("train_loop_config") or {}).get("epochs", 1)
     return not config.get("tune") and isinstance(epochs, int) and epochs > 1
+
+
+def retried_across_nodes(config: JobConfig, nodes: int) -> bool:
+    """A run that retries after failures on a Ray of several nodes: `cache: auto` caches none of
+    its splits. Cached blocks live on the nodes that made them, and Ray cannot rebuild a lost
+    node's (the train workers only borrowed them), so every retry after a node is lost would
+    fail on them."""
+    failures = ((config.get("run_config") or {}).get("failure_config") or {}).get("max_failures", 0)
+    return nodes > 1 and bool(failures)
+
+
+def alive_nodes() -> int:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init()
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return len([node for node in nodes if node.get("Alive")])
 
 
 def choose_cache(config: JobConfig, estimates: dict[str, float | None],

@@ -98,6 +98,13 @@ def test_cache_choices_follow_the_setting_and_the_object_store():
         (False, "read again every epoch (its size is unknown)")
     for no_auto in ({"train_loop_config": {"epochs": 1}}, {"tune": {"param_space": {}}}):
         assert not cache_by_default({**config, **no_auto})
+    # Retries on several nodes: a lost node's cached blocks cannot be rebuilt (tests/cluster/
+    # test_faults.py lost a run to it), so nothing is cached unless the file says `true`.
+    from orchestrator.workload.data import retried_across_nodes
+
+    retries = {**config, "run_config": {"failure_config": {"max_failures": 2}}}
+    assert retried_across_nodes(retries, 3)
+    assert not retried_across_nodes(retries, 1) and not retried_across_nodes(config, 3)
 
 
 def test_the_boosting_trainers_read_columns_once_and_never_cache_by_default(monkeypatch):
@@ -181,6 +188,7 @@ def test_images_stay_uint8_in_ray_data_for_the_built_in_loop_only(monkeypatch):
     estimated = []
     monkeypatch.setattr(data, "read", lambda spec, one_block: Split())
     monkeypatch.setattr(data, "object_store_bytes", lambda: 1e12)
+    monkeypatch.setattr(data, "alive_nodes", lambda: 1)
     monkeypatch.setattr(data, "estimated_bytes",
                         lambda spec, image: estimated.append(image) or 1.0)
     config = {"datasets": {"train": {"path": "t"}, "valid": {"path": "v"}}}
