@@ -123,16 +123,21 @@ SUFFIX_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "json", ".npy": "num
                   ".parquet": "parquet", ".pq": "parquet"}
 
 
+def suffix_format(path: str) -> str | None:
+    """The format a path's suffix names, if it names one."""
+    return SUFFIX_FORMATS.get(Path(path.rstrip("/")).suffix.lower())
+
+
 def guess_format(path: str) -> str:
     """A dataset's format when its `format:` is left out: its suffix's, else parquet."""
-    return SUFFIX_FORMATS.get(Path(path.rstrip("/")).suffix.lower(), "parquet")
+    return suffix_format(path) or "parquet"
 
 
 def _format_problems(doc: Document, name: str, dataset: dict[str, Any]) -> list[Problem]:
     """`format:` that the path's own suffix contradicts (`images`, which no reader takes yet, is
     the schema's: language.schema.NOT_YET)."""
     written = dataset.get("format")
-    said = SUFFIX_FORMATS.get(Path(str(dataset["path"]).rstrip("/")).suffix.lower())
+    said = suffix_format(str(dataset["path"]))
     if written is None or said is None or said == written:
         return []
     return [doc.problem(("datasets", name, "format"), f"format: {written}, but "

@@ -312,11 +312,8 @@ def retried_across_nodes(config: JobConfig, nodes: int) -> bool:
 
 
 def alive_nodes() -> int:
-    import ray
-
-    if not ray.is_initialized():
-        ray.init()
-    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    ray = _ray()
+    nodes: list[dict[str, Any]] = ray.nodes()
     return len([node for node in nodes if node.get("Alive")])
 
 
@@ -369,12 +366,18 @@ def file_bytes(path: str) -> int | None:
     return sum(f.size or 0 for f in files if f.type == pyarrow.fs.FileType.File)
 
 
-def object_store_bytes() -> float:
+def _ray() -> Any:
+    """Ray, connected (the job's driver normally is already)."""
     import ray
 
     if not ray.is_initialized():
         ray.init()
-    return float(ray.cluster_resources().get("object_store_memory", 0))  # type: ignore[no-untyped-call]
+    return ray
+
+
+def object_store_bytes() -> float:
+    ray = _ray()
+    return float(ray.cluster_resources().get("object_store_memory", 0))
 
 
 def image_array(column: Any) -> Any:
