@@ -174,14 +174,20 @@ def test_locked_fails_at_once_or_waits_for_the_holder(backend, monkeypatch):
     assert len(tried) == 1   # at once: one try, no waiting
     assert "down by" in refused.value.message and "--lock-timeout" in refused.value.hint
 
-    told = []
-    releaser = threading.Timer(0.5, backend.release, args=(other.id,))
-    releaser.start()
-    try:
-        with locked(backend, "apply", timeout=5, progress=told.append) as info:
-            assert backend.holder() == info and info.operation == "apply"
-    finally:
-        releaser.cancel()
+    # the holder lets go only once the waiter has said it waits: a timer started before the
+    # first try could fire before that try reads the lock on a loaded machine (seen in CI)
+    told: list[str] = []
+    releasers: list[threading.Thread] = []
+
+    def waiting(message):
+        told.append(message)
+        releasers.append(threading.Thread(target=backend.release, args=(other.id,)))
+        releasers[-1].start()
+
+    with locked(backend, "apply", timeout=60, progress=waiting) as info:
+        assert backend.holder() == info and info.operation == "apply"
+    for releaser in releasers:
+        releaser.join()
     assert len(told) == 1 and "waiting for the state lock held by down by" in told[0]
     assert backend.holder() is None
 
