@@ -79,12 +79,15 @@ class ModelSection(TypedDict):
 
 
 class DatasetSection(TypedDict, total=False):
-    format: str                     # parquet | csv | json | numpy
+    format: str                     # parquet | csv | json | numpy | images
     path: str                       # URI, absolute, or relative to the job's working_dir
     written: str                    # the path as the experiment file gives it (relative to the
                                     # file, or the URI): what the run's parameters name
     read_options: dict[str, Any]
     cache: bool | Literal["auto"]   # materialise the preprocessed split in the object store
+    classes: list[str]              # images: the train split's class names, sorted (found by
+                                    # the job's driver, `workload.data.with_image_classes`)
+    image_size: int | None          # images: the side they are resized to (the model's)
 
 
 class _ScalingRequired(TypedDict):

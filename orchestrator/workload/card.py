@@ -3,9 +3,10 @@ enough to predict with (`orchestrate predict`, `orchestrate serve`).
 
 `<run>/orchestrate/model.json` holds the trainer, the built-in model and its arguments, the
 columns the data must have (with their kinds and the train split's first row, which the demo page
-shows as an example), the features in the order the model takes them, the label column and the
-class names; `<run>/orchestrate/preprocessor.bin` the preprocessor as fitted on the
-train split, in Ray Data's own serialization (`Preprocessor.serialize`). Each checkpoint's
+shows as an example), the features in the order the model takes them, the label column, the
+class names (an images split's folder names, sorted) and an image model's `image_size`;
+`<run>/orchestrate/preprocessor.bin` the preprocessor as fitted on the train split, in Ray
+Data's own serialization (`Preprocessor.serialize`). Each checkpoint's
 metadata (`Checkpoint.update_metadata`) names its run, so a checkpoint that moved keeps its way
 back; a checkpoint still in its run's folder also finds the card there.
 
@@ -27,7 +28,8 @@ from typing import Any, cast
 from ..contract import CARD_VERSION, MODEL_CARD, PREPROCESSOR_FILE, RESULTS_FOLDER, JobConfig
 from . import storage, trainers
 from .configs import best_from_history, checkpoint_section
-from .data import Prepared, resolve
+from .data import IMAGES, Prepared, resolve
+from .models import image_size
 
 METADATA_KEY = "orchestrate_run"  # in each checkpoint's metadata: the run folder it belongs to
 CHECKPOINT_METADATA = ".metadata.json"  # Ray Train's `Checkpoint.get_metadata` file (JSON)
@@ -40,7 +42,12 @@ class CardError(ValueError):
 
 
 def class_names(config: JobConfig) -> list[Any] | None:
-    """The classes the model can answer (indices, as it was trained on), None for regression."""
+    """The classes the model can answer: an images train split's class names (the job's
+    driver found them, `images.with_image_classes`), else the trainer's (indices, as it was
+    trained on); None for regression."""
+    train = (config.get("datasets") or {}).get("train") or {}
+    if train.get("format") == IMAGES and train.get("classes"):
+        return list(train["classes"])
     return trainers.get(config["trainer"]).class_names(config)
 
 
@@ -62,6 +69,7 @@ def make_card(config: JobConfig, prepared: Prepared, *, preprocessor_encoding: s
         "model": config.get("model"),
         "input_dim": prepared.input_dim,
         "image": prepared.image,
+        "image_size": image_size(config.get("model")) if prepared.image else None,
         "label_column": label,
         "required_columns": required,
         "column_kinds": kinds,

@@ -4,7 +4,8 @@ Images (`image`: uint8 HxWx3) are normalised as in the tutorial: ToTensor then N
 i.e. CHW float32 in [-1, 1]: by a Ray Data map for a user's train loop, by the built-in loop on
 each batch (`normalize_tensor`, the same values), so Ray Data moves the uint8 images as read.
 Tabular features are every column but the label (or `feature_columns`), after the
-preprocessors, which are fitted on the train split only.
+preprocessors, which are fitted on the train split only. `format: images` (folders of image
+files) is read by `workload.images` into the same `image`/`label` columns.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..util.uris import is_uri
 
 FEATURES = "features"  # the column holding the concatenated tabular features
 IMAGE = "image"
+IMAGES = "images"      # the format of a split of image files (`workload.images`)
 SCALERS = ("StandardScaler", "MinMaxScaler", "MaxAbsScaler", "RobustScaler", "Normalizer",
            "PowerTransformer", "SimpleImputer")
 
@@ -63,14 +65,20 @@ def one_block_ok(config: JobConfig) -> bool:
     return not config.get("tune")
 
 
-def read(spec: DatasetSection, *, one_block: bool = False) -> Any:
+def read(spec: DatasetSection, *, one_block: bool = False, label: str = "label") -> Any:
+    """A split as a Ray Dataset; `label`: the label column an images split gets."""
     import ray.data
 
     readers = {"parquet": ray.data.read_parquet, "csv": ray.data.read_csv,
                "json": ray.data.read_json, "numpy": ray.data.read_numpy}
     fmt = spec.get("format", "parquet")
+    if fmt == IMAGES:
+        from .images import read_images
+
+        return read_images(spec, label)
     if fmt not in readers:
-        raise ValueError(f"unknown dataset format {fmt!r}; one of {', '.join(readers)}")
+        raise ValueError(f"unknown dataset format {fmt!r}; one of {', '.join(readers)}, "
+                         f"{IMAGES}")
     options = read_options(spec, one_block=one_block)
     context = ray.data.DataContext.get_current()
     v2 = context.use_datasource_v2
@@ -237,10 +245,14 @@ def ray_datasets(config: JobConfig, *, image: bool, vector: bool, cache_auto: bo
     read when the loop normalises each batch itself: `raw_images`), or tabular features as one
     float32 `vector` column (`FEATURES`) or as columns; `cache_auto`: whether `cache: auto`
     splits may be cached (`cache_by_default`)."""
-    datasets = {name: read(spec, one_block=one_block_ok(config))
+    label = config.get("label_column") or "label"
+    datasets = {name: read(spec, one_block=one_block_ok(config), label=label)
                 for name, spec in config["datasets"].items()}
-    datasets["train"], columns = with_columns(datasets["train"],
-                                              materialize=materialize_ok(config, image))
+    if config["datasets"]["train"].get("format") == IMAGES:
+        columns = [IMAGE, label]   # what `read_images` makes: no schema run needed
+    else:
+        datasets["train"], columns = with_columns(datasets["train"],
+                                                  materialize=materialize_ok(config, image))
     preprocessor = fit_preprocessor(config, datasets["train"], columns)
     after = columns if preprocessor is None or image else \
         columns_after(preprocessor, datasets["train"])
@@ -343,6 +355,11 @@ def choose_cache(config: JobConfig, estimates: dict[str, float | None],
 def estimated_bytes(spec: DatasetSection, image: bool) -> float | None:
     """The split's size in memory, guessed from the size of its files; None if unknown.
     `image`: it holds images normalised to float32."""
+    if spec.get("format") == IMAGES:
+        from . import images
+
+        decoded = images.estimated_bytes(spec)
+        return None if decoded is None else decoded * (IMAGE_EXPANSION if image else 1)
     size = file_bytes(spec["path"])
     if size is None:
         return None
@@ -398,11 +415,14 @@ def load_tensors(config: Mapping[str, Any], split: str, preprocessor: Any,
     import torch
 
     spec = config["datasets"][split]
-    frame = pyarrow.dataset.dataset(resolve(spec["path"]), format=spec.get("format", "parquet"))
-    frame = frame.to_table().to_pandas()
+    label = config.get("label_column") or "label"
+    if spec.get("format") == IMAGES:
+        frame = read(spec, label=label).to_pandas()
+    else:
+        frame = pyarrow.dataset.dataset(resolve(spec["path"]),
+                                        format=spec.get("format", "parquet")).to_table().to_pandas()
     if preprocessor is not None:
         frame = preprocessor.transform_batch(frame)
-    label = config.get("label_column") or "label"
     labels = torch.as_tensor(frame[label].to_numpy(), dtype=torch.long)
     if image:
         features = normalize_images({IMAGE: image_array(frame[IMAGE])})[IMAGE]

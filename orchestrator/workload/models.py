@@ -24,6 +24,15 @@ def is_image_model(model: ModelSection | None) -> bool:
     return bool(model and model.get("name") in MODELS and MODELS[model["name"]].image)
 
 
+def image_size(model: ModelSection | None) -> int | None:
+    """The side (pixels) a built-in image model takes its square images at: its `image_size`
+    argument, else its default; None for a tabular model or none."""
+    if not is_image_model(model):
+        return None
+    assert model is not None
+    return int((model.get("args") or {}).get("image_size") or MODELS[model["name"]].image_size)
+
+
 def default_classes(name: str) -> int:
     """The model's `num_classes` when its args give none (2 for an unknown name)."""
     return MODELS[name].classes if name in MODELS else 2
@@ -47,20 +56,21 @@ def _mlp(args: dict[str, Any], input_dim: int | None) -> Any:
 class BuiltIn:
     """A built-in model: the arguments `model:` may give it (the experiment schema and the
     torch trainer's checks read them here), its `num_classes` default, whether it takes
-    images, and how it is built."""
+    images (and at which `image_size` by default), and how it is built."""
     args: tuple[str, ...]
     classes: int
     image: bool
     build: Callable[[dict[str, Any], int | None], Any]
+    image_size: int | None = None
 
 
 # The one table of built-in models (`model.name`).
 MODELS: dict[str, BuiltIn] = {
     "vit": BuiltIn(("image_size", "patch_size", "num_layers", "num_heads", "hidden_dim",
                     "mlp_dim", "num_classes", "dropout", "attention_dropout", "channels"),
-                   1000, True, _vit),
+                   1000, True, _vit, 224),
     "mlp": BuiltIn(("hidden_dims", "num_classes", "dropout"), 2, False, _mlp),
-    "cnn": BuiltIn(("image_size", "channels", "num_classes", "width"), 10, True, _cnn),
+    "cnn": BuiltIn(("image_size", "channels", "num_classes", "width"), 10, True, _cnn, 32),
 }
 
 
