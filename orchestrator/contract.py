@@ -86,7 +86,7 @@ class DatasetSection(TypedDict, total=False):
     read_options: dict[str, Any]
     cache: bool | Literal["auto"]   # materialise the preprocessed split in the object store
     classes: list[str]              # images: the train split's class names, sorted (found by
-                                    # the job's driver, `workload.data.with_image_classes`)
+                                    # the job's driver, `workload.images.with_image_classes`)
     image_size: int | None          # images: the side they are resized to (the model's)
 
 

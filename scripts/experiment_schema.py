@@ -11,7 +11,7 @@ PREPROCESSORS = [
     "MinMaxScaler", "MultiHotEncoder", "Normalizer", "OneHotEncoder", "OrdinalEncoder",
     "PowerTransformer", "RobustScaler", "SimpleImputer", "StandardScaler", "Tokenizer",
 ]
-DATASET_FORMATS = ["parquet", "csv", "json", "numpy"]   # images: not yet (a later version)
+DATASET_FORMATS = ["parquet", "csv", "json", "numpy", "images"]
 NAME = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
         "x-message": "expected 1-64 letters, digits, '.', '-' or '_' (it names the Ray job "
                      "and the run's folder)"}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import io
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -228,7 +229,10 @@ def decode_image(body: bytes, size: int | None = None) -> Any:
         raise ValueError(f"the image is {size_text(len(body))}; at most "
                          f"{size_text(MAX_UPLOAD_BYTES)} is taken")
     try:
-        with Image.open(io.BytesIO(body)) as opened:
+        with warnings.catch_warnings():   # Pillow warns of a bomb past 89M pixels: refused here
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            opened = Image.open(io.BytesIO(body))
+        with opened:
             image, (width, height) = opened, opened.size
             if width * height > MAX_PIXELS:
                 raise ValueError(f"the image is {width}x{height} pixels; at most "

@@ -68,7 +68,7 @@ CASES = {
     "exp-model-and-loop.yaml": (4, "train_loop", "either 'model' or 'train_loop', not both"),
     "exp-bad-domain.yaml": (8, "tune.param_space.train_loop_config.lr.uniform", "uniform needs [low, high]"),
     "exp-format-contradicts-path.yaml": (6, "datasets.train.format", "format: parquet, but 's3://b/train.csv' is a csv file by its name (write format: csv, or leave format out"),
-    "exp-format-images.yaml": (6, "datasets.train.format", "format: images has no reader in the job yet"),
+    "exp-format-images.yaml": (6, "datasets.train.format", "format: images needs a model that takes images, and this experiment has model mlp"),
     "exp-misspelt-domain.yaml": (8, "tune.param_space.train_loop_config.lr.grid_serach", "'grid_serach' is not a search domain: Tune would take this mapping as a constant (did you mean 'grid_search'?)"),
     "exp-bad-tune-section.yaml": (7, "tune.param_space.train_config",
                                   "not a trainer argument Tune can vary (did you mean 'train_loop_config'?)"),

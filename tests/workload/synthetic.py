@@ -1,4 +1,5 @@
-"""Small synthetic data in the real formats: CIFAR-10-style image parquet, breast-cancer CSV."""
+"""Small synthetic data in the real formats: CIFAR-10-style image parquet, a folder of PNG class
+folders, breast-cancer CSV."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,6 +26,31 @@ def write_image_parquet(folder: Path, rows: int, seed: int = 0, classes: int = 1
                           "label": pa.array(labels[index], pa.int64())})
         pq.write_table(table, folder / f"part-{part}.parquet")
     return folder
+
+
+def write_image_folder(root: Path, classes: list[str], per_class: int, size: int = 24,
+                       seed: int = 0) -> list[Path]:
+    """`root/<class>/<n>.png`: `per_class` RGB PNGs of `size` x `size` pixels per class, each
+    class its own mean colour (as `write_image_parquet`); returns the files written. Some are
+    written in another size and mode (grey, RGBA), which the reader resizes and converts."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    palette = np.random.default_rng(1234).integers(30, 225, (len(classes), 1, 1, 3))
+    written = []
+    for index, name in enumerate(sorted(classes)):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for n in range(per_class):
+            side = size + 8 * (n % 2)   # every other image larger: resized when read
+            pixels = np.clip(palette[index] + rng.normal(0, 25, (side, side, 3)), 0, 255)
+            image = Image.fromarray(pixels.astype(np.uint8), "RGB")
+            if n % 3 == 2:
+                image = image.convert("RGBA")
+            path = root / name / f"{n:03d}.png"
+            image.save(path)
+            written.append(path)
+    return written
 
 
 def write_breast_cancer_csv(path: Path, rows: int | None = None) -> Path:

@@ -1,0 +1,167 @@
+"""`format: images` before any Ray: what `validate` says about an images split (the model,
+the train split, the path), the job driver's class names, and the limits on an uploaded image."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.cli import main
+
+from ..workload.synthetic import write_image_folder
+
+
+def validate(path: Path, capsys) -> tuple[int, list[str]]:
+    code = main(["validate", str(path)])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, [line for line in err.splitlines() if line.startswith("ERROR")]
+
+
+def line_of(path: Path, text: str) -> int:
+    """The line of the file's first line holding `text`."""
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def write(folder: Path, **document) -> Path:
+    path = folder / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "e", "trainer": "torch", **document},
+                                   sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    write_image_folder(tmp_path / "images" / "train", ["cat", "dog"], 2, size=8)
+    write_image_folder(tmp_path / "images" / "valid", ["cat", "dog"], 1, size=8)
+    return tmp_path / "images"
+
+
+def test_a_folder_tree_for_an_image_model_is_valid(tmp_path, tree, capsys):
+    path = write(tmp_path, model={"name": "cnn"},
+                 datasets={"train": {"format": "images", "path": "images/train"},
+                           "valid": {"format": "images", "path": "images/valid"}})
+    assert validate(path, capsys) == (0, [])
+
+
+def test_a_listing_is_valid_and_its_suffix_does_not_contradict_the_format(tmp_path, tree,
+                                                                            capsys):
+    (tree / "train.csv").write_text("path,label\ntrain/cat/000.png,cat\ntrain/dog/000.png,dog\n")
+    path = write(tmp_path, model={"name": "vit", "image_size": 32, "patch_size": 8},
+                 datasets={"train": {"format": "images", "path": "images/train.csv"}})
+    assert validate(path, capsys) == (0, [])
+
+
+def test_images_need_an_image_model(tmp_path, tree, capsys):
+    path = write(tmp_path, model={"name": "mlp"},
+                 datasets={"train": {"format": "images", "path": "images/train"}})
+    code, errors = validate(path, capsys)
+    assert code == 1
+    assert len(errors) == 1 and f"{path}:{line_of(path, 'format: images')}:" in errors[0]
+    assert " datasets.train.format: " in errors[0]
+    assert "format: images needs a model that takes images, and this experiment has model mlp" \
+        in errors[0] and "{name: cnn}" in errors[0]
+
+
+def test_images_with_a_boosting_trainer(tmp_path, tree, capsys):
+    path = write(tmp_path, trainer="xgboost", label_column="label",
+                 datasets={"train": {"format": "images", "path": "images/train"}})
+    code, errors = validate(path, capsys)
+    assert code == 1
+    assert any("trainer xgboost without a model" in e and "datasets.train.format" in e
+               for e in errors), errors
+
+
+def test_a_users_train_loop_may_read_images(tmp_path, tree, capsys):
+    (tmp_path / "loop.py").write_text("def train(config):\n    pass\n")
+    path = write(tmp_path, train_loop="loop:train",
+                 datasets={"train": {"format": "images", "path": "images/train"}})
+    assert validate(path, capsys) == (0, [])
+
+
+def test_an_image_file_is_no_images_split(tmp_path, tree, capsys):
+    path = write(tmp_path, model={"name": "cnn"},
+                 datasets={"train": {"format": "images", "path": "images/train/cat/000.png"}})
+    code, errors = validate(path, capsys)
+    assert code == 1
+    assert len(errors) == 1 and " datasets.train.path: " in errors[0]
+    assert "'images/train/cat/000.png' is a file and neither" in errors[0]
+
+
+def test_a_listing_without_its_columns(tmp_path, tree, capsys):
+    (tree / "train.csv").write_text("file,class\ntrain/cat/000.png,cat\n")
+    path = write(tmp_path, model={"name": "cnn"},
+                 datasets={"train": {"format": "images", "path": "images/train.csv"}})
+    code, errors = validate(path, capsys)
+    assert code == 1
+    assert len(errors) == 1 and f"{path}:{line_of(path, 'path: images/train.csv')}:" in errors[0]
+    assert "the image listing 'images/train.csv' has no column 'path', 'label' (it has: file, " \
+           "class)" in errors[0]
+
+
+def test_the_train_split_must_be_images_too(tmp_path, tree, capsys):
+    (tree / "train.csv").write_text("path,label\n")
+    path = write(tmp_path, model={"name": "cnn"},
+                 datasets={"train": {"format": "csv", "path": "images/train.csv"},
+                           "valid": {"format": "images", "path": "images/valid"}})
+    code, errors = validate(path, capsys)
+    assert code == 1
+    assert any(" datasets.train.format: " in e and "so train must be too" in e for e in errors)
+
+
+def test_the_drivers_class_names_and_the_models_class_count(tree):
+    from orchestrator.workload.images import with_image_classes
+
+    def config(valid: str, **model) -> dict:
+        return {"name": "e", "trainer": "torch", "model": {"name": "cnn", "args": model},
+                "datasets": {"train": {"format": "images", "path": str(tree / "train")},
+                             "valid": {"format": "images", "path": str(tree / valid)}}}
+
+    resolved = with_image_classes(config("valid"))
+    assert resolved["datasets"]["valid"]["classes"] == ["cat", "dog"]
+    assert resolved["datasets"]["train"]["image_size"] == 32          # the cnn's default
+    assert resolved["model"]["args"]["num_classes"] == 2
+    with pytest.raises(ValueError, match="model num_classes is 10, but the train split has 2 "
+                                         "classes"):
+        with_image_classes(config("valid", num_classes=10))
+    write_image_folder(tree / "other", ["bird", "cat"], 1, size=8)
+    with pytest.raises(ValueError, match="dataset 'valid' has class\\(es\\) 'bird' that the "
+                                         "train split lacks"):
+        with_image_classes(config("other"))
+
+
+def png(width: int, height: int, mode: str = "RGB") -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new(mode, (width, height), 128).save(out, "PNG")
+    return out.getvalue()
+
+
+def test_decode_image_resizes_converts_and_refuses_what_is_too_big(monkeypatch):
+    import numpy as np
+
+    from orchestrator.workload import images
+
+    decoded = images.decode_image(png(40, 20, "L"), 16)
+    assert decoded.shape == (16, 16, 3) and decoded.dtype == np.uint8
+    assert images.decode_image(png(5, 7)).shape == (7, 5, 3)
+    with pytest.raises(ValueError, match="not an image Pillow can read"):
+        images.decode_image(b"not an image")
+    big = png(300, 300)
+    monkeypatch.setattr(images, "MAX_PIXELS", 299 * 299)
+    with pytest.raises(ValueError, match="the image is 300x300 pixels"):
+        images.decode_image(big)
+    monkeypatch.setattr(images, "MAX_UPLOAD_BYTES", len(big) - 1)
+    with pytest.raises(ValueError, match="at most"):
+        images.decode_image(big)
+
+
+def test_decode_image_refuses_a_bomb_by_its_header():
+    """A PNG that says it is 10000x10000 is refused before it is decoded."""
+    from orchestrator.workload import images
+
+    with pytest.raises(ValueError, match="10000x10000 pixels; at most 64M"):
+        images.decode_image(png(10000, 10000, "1"))
