@@ -17,6 +17,8 @@ command -v pgrep >/dev/null 2>&1 || need_apt+=(procps)
 # namespaces (util-linux's unshare and nsenter).
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || need_apt+=(util-linux)
+# `profile --memory`'s test: memray attaches to a worker through gdb.
+command -v gdb >/dev/null 2>&1 || need_apt+=(gdb)
 # A Python without Ray, put first on a test host's PATH as a pyenv .bashrc would (Debian's).
 [ -x /usr/bin/python3 ] || need_apt+=(python3)
 # The dashboard's test in a real headless browser (Selenium drives Debian's build: browsers

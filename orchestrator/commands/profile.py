@@ -1,5 +1,6 @@
-"""orchestrate profile JOB: a CPU flame graph (SVG) and the stacks of each Ray Train worker of a
-running job, written to files (the dashboard's profiling, from a terminal or CI)."""
+"""orchestrate profile JOB: a CPU flame graph (SVG), the stacks and, with --memory, a memory flame
+graph (HTML) of each Ray Train worker of a running job, written to files (the dashboard's
+profiling, from a terminal or CI)."""
 from __future__ import annotations
 
 import argparse
@@ -29,6 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the job's cluster (default: where this machine submitted it)")
     parser.add_argument("--duration", type=_duration, default=DEFAULT_DURATION, metavar="S",
                         help=f"seconds to sample each worker (default: {DEFAULT_DURATION})")
+    parser.add_argument("--memory", action="store_true",
+                        help="also profile each worker's memory with memray for the same "
+                             "duration, after the CPU profile: a flame graph of its "
+                             "allocations (HTML)")
     parser.add_argument("--output", metavar="DIR", type=Path,
                         help="where the files go (default: ./profile-JOB-TIME)")
     add_format_argument(parser)
@@ -53,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             stack.enter_context(embedded.user(state.secrets))
         endpoint = stack.enter_context(open_target(state, cluster, job=args.job))
         profile = profile_job(endpoint, args.job, folder=folder, duration=args.duration,
-                              progress=info if args.format == "text" else lambda _: None)
+                              memory=args.memory, progress=info if args.format == "text" else lambda _: None)
     if args.format == "json":
         emit_json(profile.as_dict())
     else:
@@ -61,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
              f"{'s' if len(profile.workers) != 1 else ''} profiled for {profile.duration} s, "
              f"files in {profile.folder}")
         for index, done in enumerate(profile.workers):
-            files = [str(p) for p in (done.flamegraph, done.stack) if p]
+            files = [str(p) for p in done.files]
             print(f"worker {index} (pid {done.worker.pid}, node {done.worker.node_id[:8]}): "
                   + (", ".join(files) or "nothing written")
                   + (f"  [{printable(done.error)}]" if done.error else ""))

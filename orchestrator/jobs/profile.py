@@ -1,11 +1,16 @@
-"""`orchestrate profile JOB`: a CPU flame graph (SVG) and a stack trace of each Ray Train worker
-of a running job, asked of its Ray's dashboard, written to files.
+"""`orchestrate profile JOB`: a CPU flame graph (SVG), a stack trace and, with `--memory`, a
+memory flame graph (HTML) of each Ray Train worker of a running job, asked of its Ray's
+dashboard, written to files: the three links the dashboard gives per worker.
 
-    profile_job(endpoint, job_id, folder=..., duration=...) -> Profile
+    profile_job(endpoint, job_id, folder=..., duration=..., memory=False) -> Profile
 
 The dashboard does the work (Ray 2.60, dashboard/modules/reporter/reporter_head.py): py-spy,
 run by the dashboard agent of the worker's node, samples the process (`/worker/cpu_profile`,
-`format=flamegraph`) or dumps its threads' stacks (`/worker/traceback`). Ray answers both 403
+`format=flamegraph`) or dumps its threads' stacks (`/worker/traceback`); memray, run by the
+same agent, attaches to the process for the duration and renders its allocations as a flame
+graph (`/memory_profile`, `format=flamegraph`). memray must be installed where the job runs
+(the `[ray]` extra has it) and attaches through gdb. The memory profile is asked after the CPU
+profile, not beside it: both tools stop the process to attach. Ray answers all of them 403
 unless its head started with RAY_DASHBOARD_ENABLE_PROFILING=1: the cluster file's
 `profiling: true`, or, for the embedded Ray, the experiment's (`render.harden.PROFILING_SETTINGS`).
 The workers are the job's live `RayTrainWorker` actors, from Ray's state API
@@ -33,6 +38,13 @@ MAX_DURATION = 60
 DISABLED_MARK = "RAY_DASHBOARD_ENABLE_PROFILING"
 ON_A_CLUSTER = ("add `profiling: true` to the cluster file and `orchestrate up` it (Ray "
                 "restarts on the head: its running jobs end)")
+# Ray's dashboard agent looks memray up on its PATH (profile_manager.MemoryProfilingManager).
+NO_MEMRAY_MARK = "memray is not installed"
+NO_MEMRAY = ("install memray where the job runs: it comes with orchestrate-ray[ray] (the "
+             "embedded Ray's Python), and on a cluster with the nodes' Ray (`pip install memray` "
+             "in the image or setup_commands); then profile again")
+NO_GDB = ("memray attaches to a running process through gdb: install gdb on the job's nodes "
+          "(Debian: `apt-get install gdb`)")
 ON_EMBEDDED = ("add `profiling: true` to the experiment file; the embedded Ray must be started "
                "by such a run: when no run uses it, `orchestrate stop --embedded`, then run it "
                "again")
@@ -50,13 +62,19 @@ class Profiled:
     worker: Worker
     flamegraph: Path | None = None
     stack: Path | None = None
-    error: str | None = None    # why one of the two is missing
+    error: str | None = None    # why one of those asked for is missing
+    memory: Path | None = None  # with --memory
+
+    @property
+    def files(self) -> list[Path]:
+        return [path for path in (self.flamegraph, self.stack, self.memory) if path]
 
     def as_dict(self) -> dict[str, Any]:
         return {"actor_id": self.worker.actor_id, "pid": self.worker.pid,
                 "node_id": self.worker.node_id,
                 "flamegraph": str(self.flamegraph) if self.flamegraph else None,
-                "stack": str(self.stack) if self.stack else None, "error": self.error}
+                "stack": str(self.stack) if self.stack else None,
+                "memory": str(self.memory) if self.memory else None, "error": self.error}
 
 
 @dataclass(frozen=True)
@@ -66,6 +84,7 @@ class Profile:
     folder: Path
     duration: int
     workers: tuple[Profiled, ...]
+    memory: bool = False
 
     @property
     def failed(self) -> list[Profiled]:
@@ -73,7 +92,8 @@ class Profile:
 
     def as_dict(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "target": self.target, "folder": str(self.folder),
-                "duration": self.duration, "workers": [w.as_dict() for w in self.workers]}
+                "duration": self.duration, "memory": self.memory,
+                "workers": [w.as_dict() for w in self.workers]}
 
 
 def profiling_off(endpoint: Endpoint) -> JobError:
@@ -167,8 +187,17 @@ def _ask(endpoint: Endpoint, route: str, worker: Worker, timeout: float,
     return http.get_bytes(endpoint.address, f"{route}?{query}", endpoint.token, timeout=timeout)
 
 
+def _memory_hint(text: str) -> str:
+    """Ray's words for a memory profile that failed, with what to do where it says."""
+    if NO_MEMRAY_MARK in text:
+        return f"{text} ({NO_MEMRAY})"
+    if "gdb" in text.lower() and ("not found" in text.lower() or "no debugger" in text.lower()):
+        return f"{text} ({NO_GDB})"
+    return text
+
+
 def _profile_one(endpoint: Endpoint, worker: Worker, index: int, folder: Path,
-                 duration: int) -> Profiled:
+                 duration: int, memory: bool = False) -> Profiled:
     stem = f"worker-{index}-pid{worker.pid}"
     found: dict[str, Path] = {}
     errors = []
@@ -176,13 +205,18 @@ def _profile_one(endpoint: Endpoint, worker: Worker, index: int, folder: Path,
         ("stack", "/worker/traceback", "stack.txt", {}, 60.0),
         ("flamegraph", "/worker/cpu_profile", "svg",
          {"duration": str(duration), "format": "flamegraph"}, duration + 60.0)]
+    if memory:   # memray attaches, runs `duration` s, detaches, renders: slower than py-spy
+        asks.append(("memory", "/memory_profile", "memory.html",
+                     {"duration": str(duration), "format": "flamegraph"}, duration + 120.0))
     for what, route, suffix, extra, timeout in asks:
         try:
             body = _ask(endpoint, route, worker, timeout, **extra)
         except http.HttpError as exc:
             if exc.status in (401, 403):
-                raise _refused(endpoint, exc, f"a {what}") from None
-            errors.append(f"{what}: {_first_line(str(exc))}")
+                raise _refused(endpoint, exc, f"a {what} profile" if what == "memory"
+                               else f"a {what}") from None
+            said = _first_line(str(exc))
+            errors.append(f"{what}: {_memory_hint(said) if what == 'memory' else said}")
             continue
         path = folder / f"{stem}.{suffix}"
         try:
@@ -192,7 +226,7 @@ def _profile_one(endpoint: Endpoint, worker: Worker, index: int, folder: Path,
             continue
         found[what] = path
     return Profiled(worker, found.get("flamegraph"), found.get("stack"),
-                    "; ".join(errors) or None)
+                    "; ".join(errors) or None, found.get("memory"))
 
 
 def _first_line(text: str) -> str:
@@ -200,11 +234,12 @@ def _first_line(text: str) -> str:
 
 
 def profile_job(endpoint: Endpoint, job_id: str, *, folder: Path,
-                duration: int = DEFAULT_DURATION,
+                duration: int = DEFAULT_DURATION, memory: bool = False,
                 progress: Callable[[str], None] = lambda _: None) -> Profile:
     """Profile every Ray Train worker of running job `job_id` for `duration` seconds (all at
-    once), and dump its stacks; the files go into `folder` (made if missing). JobError when
-    profiling is off, the job is not running, or it has no workers yet."""
+    once), and dump its stacks; with `memory`, then trace its allocations for as long; the
+    files go into `folder` (made if missing). JobError when profiling is off, the job is not
+    running, or it has no workers yet."""
     if not 1 <= duration <= MAX_DURATION:
         raise JobError(f"--duration {duration} is outside 1-{MAX_DURATION} seconds "
                        "(Ray's dashboard refuses longer)")
@@ -222,10 +257,10 @@ def profile_job(endpoint: Endpoint, job_id: str, *, folder: Path,
                        f"{exc.strerror or exc}", hint="give --output a folder you can write") \
             from None
     progress(f"profiling {len(workers)} worker{'s' if len(workers) != 1 else ''} of job "
-             f"{job_id} for {duration} s")
-    done = _each(lambda index, worker: _profile_one(endpoint, worker, index, folder, duration),
-                 workers)
-    return Profile(job_id, endpoint.label, folder, duration, tuple(done))
+             f"{job_id} for {duration} s" + (", then their memory for as long" if memory else ""))
+    done = _each(lambda index, worker: _profile_one(endpoint, worker, index, folder, duration,
+                                                    memory), workers)
+    return Profile(job_id, endpoint.label, folder, duration, tuple(done), memory)
 
 
 def _each(ask: Callable[[int, Any], T], items: Sequence[Any], at_once: int = 8) -> list[T]:

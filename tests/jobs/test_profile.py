@@ -18,7 +18,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.errors import JobError
-from orchestrator.jobs.profile import ON_A_CLUSTER, ON_EMBEDDED, profile_job
+from orchestrator.jobs.profile import NO_MEMRAY, ON_A_CLUSTER, ON_EMBEDDED, profile_job
 from orchestrator.reach.endpoint import EMBEDDED, Endpoint
 from orchestrator.state import UP, ClusterRecord, cluster_key
 
@@ -35,8 +35,8 @@ class FakeDashboard:
     """Ray's dashboard as far as `profile` asks it: a job, its actors, the profiling routes."""
 
     def __init__(self, *, status: str = "RUNNING", workers: list | None = None,
-                 enabled: bool | None = False) -> None:
-        self.status, self.enabled = status, enabled
+                 enabled: bool | None = False, memray: bool = True) -> None:
+        self.status, self.enabled, self.memray = status, enabled, memray
         self.workers = [WORKER] if workers is None else workers
         self.asked: list[tuple[str, dict, str | None]] = []
         fake = self
@@ -72,6 +72,12 @@ class FakeDashboard:
         if path == "/api/v0/actors":
             return ok({"result": True, "msg": "",
                        "data": {"result": {"total": len(self.workers), "result": self.workers}}})
+        if path == "/memory_profile" and self.enabled:
+            # Ray 2.60 (reporter_head.memory_profile): memray's HTML, or a 500 with the words of
+            # profile_manager when the agent finds no memray on its PATH
+            if not self.memray:
+                return 500, b"Failed to execute: memray is not installed", "text/plain"
+            return 200, b"<html><title>memray</title>loop (train.py:3)</html>", "text/html"
         if path in ("/worker/traceback", "/worker/cpu_profile"):
             if not self.enabled:
                 return 403, RAY_REFUSAL.encode(), "text/plain"
@@ -237,3 +243,40 @@ def test_ctrl_c_ends_a_profile_without_waiting_for_the_answers_in_flight():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60)   # asked to sleep 120 s: only an end without waiting fits
     assert done.stdout.strip() == "interrupted", done.stderr
+
+
+def test_memory_profile_is_asked_after_the_cpu_profile_and_written_beside_it(tmp_path):
+    """`--memory`: the dashboard's memray flame graph, asked once py-spy is done with the
+    process (both attach to it), for the same duration, as HTML beside the others."""
+    with FakeDashboard(enabled=True) as fake:
+        profile = profile_job(endpoint(fake), "job-1", folder=tmp_path / "out", duration=2,
+                              memory=True)
+    [done] = profile.workers
+    assert done.error is None and done.memory == tmp_path / "out" / "worker-0-pid4242.memory.html"
+    assert "memray" in done.memory.read_text()
+    assert profile.as_dict()["memory"] is True
+    assert profile.as_dict()["workers"][0]["memory"] == str(done.memory)
+    paths = [path for path, _, _ in fake.asked]
+    assert paths.index("/memory_profile") > paths.index("/worker/cpu_profile")
+    [memory] = [query for path, query, _ in fake.asked if path == "/memory_profile"]
+    assert memory == {"pid": ["4242"], "node_id": [WORKER["node_id"]], "native": ["0"],
+                      "duration": ["2"], "format": ["flamegraph"]}
+
+
+def test_without_memory_no_memory_profile_is_asked(tmp_path):
+    with FakeDashboard(enabled=True) as fake:
+        [done] = profile_job(endpoint(fake), "job-1", folder=tmp_path / "out",
+                             duration=1).workers
+    assert done.memory is None and "/memory_profile" not in [p for p, _, _ in fake.asked]
+
+
+def test_memray_missing_where_the_job_runs_is_said_with_what_to_install(tmp_path, capsys):
+    """The CPU profile and the stacks are still written; the memory profile's failure says
+    where memray is missing and how it comes."""
+    with FakeDashboard(enabled=True, memray=False) as fake:
+        profile = profile_job(endpoint(fake), "job-1", folder=tmp_path / "out", duration=1,
+                              memory=True)
+    [done] = profile.workers
+    assert done.flamegraph and done.stack and done.memory is None
+    assert done.error and done.error.startswith("memory: ")
+    assert "memray is not installed" in done.error and NO_MEMRAY in done.error

@@ -145,9 +145,11 @@ def epochs(summary: dict) -> list[int]:
 def profiled_while_it_trains(job_id: str, folder: Path, capsys) -> None:
     """Issue 33: `orchestrate profile` of the running job (the shared Ray has profiling on):
     each of its 2 Train workers' stacks and CPU flame graph, written to files, name the
-    built-in torch loop (orchestrator/workload/trainers/torch.py:train_loop)."""
+    built-in torch loop (orchestrator/workload/trainers/torch.py:train_loop). Issue 51:
+    `--memory` adds memray's flame graph of each worker's allocations, through the dashboard
+    (memray attached by the node's agent, with gdb)."""
     capsys.readouterr()
-    assert main(["profile", job_id, "--duration", "2", "--output", str(folder),
+    assert main(["profile", job_id, "--duration", "2", "--memory", "--output", str(folder),
                  "--format", "json"]) == 0, capsys.readouterr().err
     found = json.loads(capsys.readouterr().out)
     assert found["job_id"] == job_id and found["target"] == "the embedded Ray"
@@ -158,6 +160,10 @@ def profiled_while_it_trains(job_id: str, folder: Path, capsys) -> None:
     graphs = [Path(w["flamegraph"]).read_text() for w in found["workers"]]
     assert all(graph.lstrip().startswith(("<?xml", "<svg")) for graph in graphs)
     assert any(loop.search(graph) for graph in graphs)
+    memories = [Path(w["memory"]).read_text() for w in found["workers"]]
+    assert all(page.lstrip().lower().startswith(("<!doctype html", "<html")) for page in memories)
+    # memray's flame graph carries its frames as data in the page: the loop's allocations
+    assert all("train_loop" in page and "memray" in page.lower() for page in memories)
     token = local_token()
     assert not any(token in path.read_text(errors="replace") for path in folder.iterdir())
 
