@@ -30,8 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", metavar="SOURCE",
                         help="an experiment file (its latest run), a run folder, or a checkpoint")
     parser.add_argument("--data", required=True, help="the rows to predict: a path or a URI")
-    parser.add_argument("--data-format", choices=("parquet", "csv", "json", "numpy"),
-                        help="default: from the data's suffix, as for datasets")
+    parser.add_argument("--data-format", choices=("parquet", "csv", "json", "numpy", "images"),
+                        help="default: from the data's suffix, as for datasets; images for a "
+                             "folder of image files (one prediction per file, with its path)")
     parser.add_argument("--output", required=True,
                         help="a folder (path or URI): predictions/ and predict_summary.json go there")
     parser.add_argument("--output-format", choices=("parquet", "csv", "json"), default="parquet",

@@ -142,7 +142,8 @@ def _data(options: PredictOptions, spec: ExperimentSpec | None) \
         -> tuple[DatasetSection, Path | None, WorkingDir | None]:
     """The data section as the job reads it, read_options as the experiment's datasets of the
     same format have them; the experiment's working_dir when the data lies inside it."""
-    fmt = options.data_format or guess_format(options.data)
+    fmt = options.data_format or ("images" if image_folder(options.data)
+                                  else guess_format(options.data))
     section: DatasetSection = {"format": fmt, "path": _absolute(options.data)}
     working_dir = shipped = None
     if spec is not None:
@@ -154,6 +155,22 @@ def _data(options: PredictOptions, spec: ExperimentSpec | None) \
         if not is_uri(inside) and not Path(inside).is_absolute():
             section["path"], working_dir, shipped = inside, spec.working_dir, ship(spec)
     return section, working_dir, shipped
+
+
+def image_folder(path: str, look: int = 1000) -> bool:
+    """A local folder whose first data file (in walk order, within `look` files) is an image:
+    predicted as `format: images`."""
+    from ..workload.images import EXTENSIONS
+
+    if is_uri(path) or not Path(path).is_dir():
+        return False
+    for seen, file in enumerate(p for p in Path(path).rglob("*") if p.is_file()):
+        suffix = file.suffix.lower().lstrip(".")
+        if suffix in EXTENSIONS:
+            return True
+        if suffix in ("parquet", "pq", "csv", "json", "jsonl", "npy") or seen >= look:
+            return False
+    return False
 
 
 def plan(request: PredictRequest, where: Where) -> PredictPlan:

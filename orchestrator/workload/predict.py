@@ -1,6 +1,7 @@
 """`workload: predict`: batch prediction with a run's checkpoint, on the cluster, with Ray Data.
 
-The data is read like an experiment's datasets, checked against the model card (the columns the
+The data is read like an experiment's datasets (a folder of images, `format: images`, at the
+model's `image_size`, one row per file with its `path`), checked against the model card (the columns the
 model needs; with `evaluate`, the label and its classes) before anything heavy starts, predicted
 by `map_batches` over an actor pool whose actors each load the model once
 (`compute=ActorPoolStrategy`), and written with Ray Data's writers to `<output>/predictions/`.
@@ -13,8 +14,10 @@ import json
 import time
 from typing import Any
 
-from ..contract import PREDICT_SUMMARY, PREDICTIONS_FOLDER, PredictConfig, result_line
+from ..contract import PREDICT_SUMMARY, PREDICTIONS_FOLDER, DatasetSection, PredictConfig, result_line
 from . import card, data, inference, storage
+from .images import PATH
+from .models import image_size
 
 
 class BatchPredictor:
@@ -41,8 +44,7 @@ def predict(config: PredictConfig) -> dict[str, Any]:
     target = storage.join(output, PREDICTIONS_FOLDER)
     if storage.exists(target):
         raise ValueError(f"{target} already exists: give another --output, or remove it")
-    dataset = data.read(config["data"])   # Ray's block count: every actor of the pool gets blocks
-    columns = list(dataset.schema().names)
+    dataset, columns = read(config["data"], model)
     keep = check_columns(model, columns, config)
     if config["evaluate"]:
         check_labels(model, dataset)
@@ -74,6 +76,19 @@ def predict(config: PredictConfig) -> dict[str, Any]:
     summary["summary"] = summary_uri
     print(result_line(summary), flush=True)
     return summary
+
+
+def read(spec: DatasetSection, model: dict[str, Any]) -> tuple[Any, list[str]]:
+    """The data as a Ray Dataset (Ray's block count: every actor of the pool gets blocks) and
+    its columns; images at the model's size, with the path of each file."""
+    if spec.get("format") != data.IMAGES:
+        dataset = data.read(spec)
+        return dataset, list(dataset.schema().names)
+    if not model["image"]:
+        raise ValueError(f"the data is a folder of images, but the model ({model['trainer']}, "
+                         f"experiment {model['experiment']!r}) takes table rows")
+    size = model.get("image_size") or image_size(model.get("model"))
+    return data.read({**spec, "image_size": size}), [data.IMAGE, PATH]
 
 
 def pool_size(asked: int, gpus: float) -> int:
