@@ -218,11 +218,9 @@ def estimated_bytes(spec: DatasetSection) -> float | None:
 
 
 def decode_image(body: bytes, size: int | None = None) -> Any:
-    """An uploaded image's bytes as uint8 HxWx3 (RGB), resized to `size` x `size` as
-    `read_images` resizes (bilinear, then converted): ValueError for a body over
-    MAX_UPLOAD_BYTES, an image over MAX_PIXELS (read from its header, before it is decoded), or
-    bytes that are no image Pillow reads."""
-    import numpy as np
+    """An uploaded image's bytes as uint8 HxWx3 (RGB), resized to `size` x `size`
+    (`fit_image`): ValueError for a body over MAX_UPLOAD_BYTES, an image over MAX_PIXELS (read
+    from its header, before it is decoded), or bytes that are no image Pillow reads."""
     from PIL import Image, UnidentifiedImageError
 
     if len(body) > MAX_UPLOAD_BYTES:
@@ -233,14 +231,24 @@ def decode_image(body: bytes, size: int | None = None) -> Any:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             opened = Image.open(io.BytesIO(body))
         with opened:
-            image, (width, height) = opened, opened.size
-            if width * height > MAX_PIXELS:
-                raise ValueError(f"the image is {width}x{height} pixels; at most "
-                                 f"{MAX_PIXELS // 1024 // 1024}M pixels are taken")
-            if size and image.size != (size, size):
-                image = image.resize((size, size), resample=Image.BILINEAR)
-            if image.mode != "RGB":
-                image = image.convert("RGB")
-            return np.asarray(image, dtype=np.uint8)
+            return fit_image(opened, size)
     except (UnidentifiedImageError, Image.DecompressionBombError, OSError, SyntaxError) as exc:
         raise ValueError(f"the body is not an image Pillow can read ({exc})") from None
+
+
+def fit_image(image: Any, size: int | None = None) -> Any:
+    """A Pillow image as uint8 HxWx3 (RGB), resized to `size` x `size` as `read_images` resizes
+    (bilinear, then converted), so a model sees an upload as it saw its training images;
+    ValueError for one over MAX_PIXELS."""
+    import numpy as np
+    from PIL import Image
+
+    width, height = image.size
+    if width * height > MAX_PIXELS:
+        raise ValueError(f"the image is {width}x{height} pixels; at most "
+                         f"{MAX_PIXELS // 1024 // 1024}M pixels are taken")
+    if size and image.size != (size, size):
+        image = image.resize((size, size), resample=Image.BILINEAR)
+    if image.mode != "RGB":
+        image = image.convert("RGB")
+    return np.asarray(image, dtype=np.uint8)

@@ -4,7 +4,10 @@
 A FastAPI ingress around `inference.Predictor`, the same code `orchestrate predict` runs:
 
     POST {route}/predict   JSON records ([{col: value}, ...]), or columns ({col: [values]}),
-                           or either under "records"/"columns" -> {"predictions": [row, ...]}
+                           or either under "records"/"columns" -> {"predictions": [row, ...]};
+                           for an image model also an image body (Content-Type image/png,
+                           image/jpeg, ...) -> its row and "top": [{class, confidence}, ...]
+                           (`rows`)
     GET  {route}/healthz   200 once the model is loaded (503 before), no token needed
     GET  {route}/metadata  the model card's summary and the checkpoint served
     GET  {route}/demo      with `demo: true`, a page to try the model (`demo_page`); else 404
@@ -102,22 +105,6 @@ def page_refused(headers: Mapping[str, str], config: Mapping[str, Any], name: st
     return demo_page.signed_out(name, REASONS[not_signed_in(headers, config, now) or "wrong"])
 
 
-def rows_of(body: Any) -> Any:
-    """The request body as a DataFrame; ValueError says what shape was expected."""
-    import pandas as pd
-
-    if isinstance(body, dict) and len(body) == 1 and next(iter(body)) in ("records", "columns"):
-        body = next(iter(body.values()))
-    if isinstance(body, list) and all(isinstance(row, dict) for row in body):
-        return pd.DataFrame.from_records(body)
-    if isinstance(body, dict) and all(isinstance(v, list) for v in body.values()):
-        if len({len(v) for v in body.values()}) > 1:
-            raise ValueError("every column must have the same number of values")
-        return pd.DataFrame(body)
-    raise ValueError("expected JSON records ([{column: value}, ...]) or columns "
-                     "({column: [values]})")
-
-
 def plain(frame: Any) -> list[dict[str, Any]]:
     """Prediction rows as JSON-ready dicts: Python numbers (`tolist`), every digit kept."""
     columns = [str(c) for c in frame.columns]
@@ -134,7 +121,7 @@ def build(args: dict[str, Any]) -> Any:
     from ray import serve
 
     from ..contract import SERVE_DEPLOYMENT
-    from . import card, inference
+    from . import card, inference, rows
 
     api = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -218,7 +205,7 @@ def build(args: dict[str, Any]) -> Any:
             if (answer := self.refused(request, demo)) is not None or self.predictor is None:
                 return answer or JSONResponse({}, status_code=503)
             try:
-                frame = rows_of(await request.json())
+                frame = await rows.request_rows(request, self.predictor.card)
             except ValueError as exc:
                 return JSONResponse({"error": f"bad request body: {exc}"}, status_code=400)
             missing = [c for c in self.predictor.card["required_columns"] if c not in frame.columns]
@@ -227,7 +214,7 @@ def build(args: dict[str, Any]) -> Any:
                                     status_code=400)
             if frame.empty:
                 return JSONResponse({"predictions": []})
-            return JSONResponse({"predictions": await self.predict_rows(frame)})
+            return JSONResponse(rows.answer(request.headers, await self.predict_rows(frame)))
 
         @api.get("/demo")
         async def demo(self, request: Request) -> Response:

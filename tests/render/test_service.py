@@ -12,7 +12,8 @@ from orchestrator.cli import main
 from orchestrator.contract import SERVE_DEPLOYMENT, SERVE_IMPORT_PATH
 from orchestrator.language.service import load_service
 from orchestrator.render import service
-from orchestrator.workload.serving import rows_of, token_matches
+from orchestrator.workload.rows import rows_of
+from orchestrator.workload.serving import token_matches
 
 
 def service_file(tmp_path: Path, text: str) -> Path:
