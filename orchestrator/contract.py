@@ -180,7 +180,8 @@ class ServeUserConfig(TypedDict):
     max_batch_size: int
     batch_wait_timeout_s: float
     use_gpu: bool
-    demo: NotRequired[bool]         # the demo page (`workload.demo_page`); absent: off
+    demo: NotRequired[bool]         # the demo page (`workload.demo_app`); absent: off
+    demo_app: NotRequired[str]      # with demo: the user's Blocks, "module:function"
     demo_sha256: NotRequired[str]   # with demo and auth "token": the page cookie's secret's SHA-256
 
 

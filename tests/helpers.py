@@ -107,6 +107,8 @@ class chromium:  # noqa: N801 - a context manager read as a noun
                      "--disable-component-update", "--disable-dev-shm-usage",
                      "--window-size=1400,1000", f"--user-data-dir={self.profile}"):
             options.add_argument(flag)
+        # every request the page makes, for the tests that check where they went
+        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
         self.driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
         return self.driver
 
