@@ -82,7 +82,7 @@ def test_no_trainer_name_is_compared_outside_the_trainer_modules():
 
 
 def test_the_client_and_the_job_know_the_same_trainers():
-    assert trainers.names() == job_trainers.names() == ["lightgbm", "torch", "xgboost"]
+    assert trainers.names() == job_trainers.names() == ["lightgbm", "tensorflow", "torch", "xgboost"]
     for name in trainers.names():
         assert trainers.get(name).NAME == job_trainers.get(name).NAME == name
 
@@ -90,5 +90,5 @@ def test_the_client_and_the_job_know_the_same_trainers():
 def test_a_field_two_trainers_take_has_one_schema():
     properties = trainers.schema_properties()
     assert properties["params"]["description"].endswith("(trainer: lightgbm, xgboost)")
-    assert properties["model"]["description"] == "trainer: torch"
+    assert properties["model"]["description"] == "trainer: tensorflow, torch"
     assert set(properties) == {f for name in trainers.names() for f in trainers.get(name).FIELDS}

@@ -61,7 +61,8 @@ def describe_value(value: object) -> str:
 
 
 # Names people reach for that are another name's here: (the field, the value in lower case) ->
-# the value meant. Offered only when that value is one the field takes.
+# the value meant. Offered only when that value is one the field takes. A trainer's own are in
+# its module (`Trainer.ALIASES`), read by `_meant`.
 ALIASES = {
     **{("type", name): "kuberay" for name in ("kubernetes", "k8s", "kube", "ray-operator")},
     **{("type", name): "local" for name in ("onprem", "on-prem", "on_prem", "ssh", "hosts",
@@ -69,21 +70,13 @@ ALIASES = {
     **{("type", name): "aws" for name in ("ec2", "amazon")},
     **{("type", name): "gcp" for name in ("gce", "google", "googlecloud", "google-cloud")},
     ("type", "microsoft"): "azure",
-    **{("trainer", name): "torch" for name in ("pytorch", "pytorch-lightning", "lightning")},
-    **{("trainer", name): "xgboost" for name in ("xgb",)},
-    **{("trainer", name): "lightgbm" for name in ("lgbm", "lgb")},
 }
 # What each of those values stands for, said with the fix.
 MEANING = {"kuberay": "Kubernetes, through KubeRay's operator",
            "local": "Ray's name for on-prem: hosts you name, reached over SSH",
-           "aws": "Amazon EC2", "gcp": "Google Compute Engine", "azure": "Azure virtual machines",
-           "torch": "PyTorch", "xgboost": "XGBoost", "lightgbm": "LightGBM"}
+           "aws": "Amazon EC2", "gcp": "Google Compute Engine", "azure": "Azure virtual machines"}
 # Values no field takes yet, with what to write instead.
-NOT_YET = {("trainer", "tensorflow"): "TensorFlow is not a built-in trainer yet: run your own "
-                                      "training function with `train_loop: module:function`",
-           ("trainer", "keras"): "Keras is not a built-in trainer yet: run your own training "
-                                 "function with `train_loop: module:function`",
-           ("format", "images"): "format: images has no reader in the job yet (a later version "
+NOT_YET = {("format", "images"): "format: images has no reader in the job yet (a later version "
                                  "reads folders of image files): store the images in parquet, as "
                                  "a column of bytes or arrays, and write format: parquet"}
 
@@ -97,12 +90,26 @@ def enum_hint(path: FieldPath, value: Any, choices: list[Any]) -> str | None:
         for choice in choices:
             if isinstance(choice, str) and choice.lower() == lowered and choice != value:
                 return f"did you mean '{choice}'? it is written in {_case(choice)}"
-        meant = ALIASES.get((field, lowered))
-        if meant is not None and meant in choices:
-            return f"did you mean '{meant}'? {meant} is {MEANING[meant]}"
+        meant = _meant().get((field, lowered))
+        if meant is not None and meant[0] in choices:
+            return f"did you mean '{meant[0]}'? {meant[0]} is {meant[1]}"
         if (field, lowered) in NOT_YET:
             return NOT_YET[(field, lowered)]
     return did_you_mean(value, choices)
+
+
+@cache
+def _meant() -> dict[tuple[str, str], tuple[str, str]]:
+    """(field, another name) -> (the value meant, what it stands for): ALIASES, and each
+    trainer's own (`Trainer.ALIASES`, `TITLE`; the registry is imported only here, when a value
+    is already wrong)."""
+    from .. import trainers
+
+    table = {key: (value, MEANING[value]) for key, value in ALIASES.items()}
+    for name in trainers.names():
+        trainer = trainers.get(name)
+        table.update({("trainer", alias): (name, trainer.TITLE) for alias in trainer.ALIASES})
+    return table
 
 
 def _case(word: str) -> str:

@@ -17,10 +17,11 @@ from typing import Any
 
 from ..errors import Problem
 from ..yamlload import Document
-from . import lightgbm, torch, xgboost
+from . import lightgbm, tensorflow, torch, xgboost
 from .base import Trainer
 
-TRAINERS: dict[str, Trainer] = {torch.NAME: torch, xgboost.NAME: xgboost, lightgbm.NAME: lightgbm}
+TRAINERS: dict[str, Trainer] = {torch.NAME: torch, xgboost.NAME: xgboost, lightgbm.NAME: lightgbm,
+                                tensorflow.NAME: tensorflow}
 
 __all__ = ["TRAINERS", "Trainer", "foreign_problems", "get", "names", "owners",
            "schema_properties"]

@@ -21,9 +21,11 @@ from .base import copied_as_written as job_fields
 from .base import table_problems
 
 NAME = "lightgbm"
+TITLE = "LightGBM"
+ALIASES = ("lgbm", "lgb")
 FIELDS = ("params", "num_boost_round")
 
-__all__ = ["FIELDS", "NAME", "job_fields", "problems", "properties", "total_epochs"]
+__all__ = ["ALIASES", "FIELDS", "NAME", "TITLE", "job_fields", "problems", "properties", "total_epochs"]
 
 
 def problems(doc: Document, data: dict[str, Any]) -> list[Problem]:

@@ -18,9 +18,11 @@ from .base import copied_as_written as job_fields
 from .base import table_problems
 
 NAME = "xgboost"
+TITLE = "XGBoost"
+ALIASES = ("xgb",)
 FIELDS = ("params", "num_boost_round")
 
-__all__ = ["FIELDS", "NAME", "job_fields", "problems", "properties", "total_epochs"]
+__all__ = ["ALIASES", "FIELDS", "NAME", "TITLE", "job_fields", "problems", "properties", "total_epochs"]
 
 
 def problems(doc: Document, data: dict[str, Any]) -> list[Problem]:

@@ -13,7 +13,7 @@ from .. import contract
 
 def main() -> int:
     from . import timing
-    from .worker import forget_secrets, hide, load_secrets
+    from .worker import forget_secrets, framework_environment, hide, load_secrets
 
     timing.mark("main")
     timing.process_started()
@@ -21,6 +21,7 @@ def main() -> int:
     secrets: dict[str, str] = {}
     try:
         secrets = load_secrets()
+        framework_environment()
         config = contract.decode(os.environ.get(contract.CONFIG_ENV))
         summary = run(config)
     except Exception as exc:  # noqa: BLE001 - the job's log is where the traceback belongs

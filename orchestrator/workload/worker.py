@@ -1,5 +1,7 @@
 """Run in every worker process of the job (runtime_env `worker_process_setup_hook`) and at the
-start of its driver: the experiment's secret variables into os.environ, then the network."""
+start of its driver: the experiment's secret variables into os.environ, the variables the trainers'
+frameworks read at import (`JobTrainer.ENVIRONMENT`, a user's own value wins), then the
+network."""
 from __future__ import annotations
 
 import importlib
@@ -10,7 +12,7 @@ from pathlib import Path
 from .. import contract
 from ..util.text import hide
 
-__all__ = ["forget_secrets", "hide", "load_secrets", "setup"]
+__all__ = ["forget_secrets", "framework_environment", "hide", "load_secrets", "setup"]
 
 def load_secrets() -> dict[str, str]:
     """The values `jobs.secrets` shipped (contract.SECRETS_MODULE), copied into os.environ;
@@ -39,8 +41,19 @@ def forget_secrets() -> None:
         shutil.rmtree(Path(module.__file__).parent, ignore_errors=True)
 
 
+def framework_environment() -> None:
+    """Each trainer's `JobTrainer.ENVIRONMENT` into os.environ (a value already set wins), before
+    anything imports the framework."""
+    from . import trainers
+
+    for trainer in trainers.JOB_TRAINERS.values():
+        for name, value in trainer.ENVIRONMENT.items():
+            os.environ.setdefault(name, value)
+
+
 def setup() -> None:
     from . import network
 
     load_secrets()
+    framework_environment()
     network.setup()

@@ -9,11 +9,11 @@ inside their functions, so importing this is cheap.
 """
 from __future__ import annotations
 
-from . import lightgbm, torch, xgboost
+from . import lightgbm, tensorflow, torch, xgboost
 from .base import JobTrainer, Made, Scores
 
 JOB_TRAINERS: dict[str, JobTrainer] = {torch.NAME: torch, xgboost.NAME: xgboost,
-                                       lightgbm.NAME: lightgbm}
+                                       lightgbm.NAME: lightgbm, tensorflow.NAME: tensorflow}
 
 __all__ = ["JOB_TRAINERS", "JobTrainer", "Made", "Scores", "get", "names"]
 

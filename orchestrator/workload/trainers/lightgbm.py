@@ -23,6 +23,7 @@ from .base import Made, Scores, boosting_job, valid_split
 
 NAME = "lightgbm"
 CHECKPOINT_FILE = "model.txt"   # Ray's LightGBM RayTrainReportCallback's
+ENVIRONMENT: dict[str, str] = {}
 MULTICLASS = ("multiclass", "softmax", "multiclassova", "multiclass_ova", "ova", "ovr")
 # LightGBM's default metric for an objective (its own default objective: regression).
 METRIC_OF = {"binary": "binary_logloss", **dict.fromkeys(MULTICLASS, "multi_logloss")}

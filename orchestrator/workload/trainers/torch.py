@@ -9,7 +9,6 @@ numbers are the global ones, not rank 0's shard), then `ray.train.report` with a
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import tempfile
 import time
@@ -19,17 +18,17 @@ from typing import Any, cast
 from ...contract import JobConfig
 from .. import data, models, tracking
 from ..configs import data_config, scaling_config
-from .base import Made, Scores
+from .base import Made, Scores, import_train_loop, network_data
+from .base import network_class_names as class_names
+from .base import network_metric as default_metric
 
 NAME = "torch"
 CHECKPOINT_FILE = "model.pt"
+ENVIRONMENT: dict[str, str] = {}
 DATA_LOADER = "torch"   # `data_loader: torch` (the other: ray_data), not the trainer's name
 
-
-def import_train_loop(reference: str) -> Callable[..., None]:
-    """`"module:function"`, importable from the working directory."""
-    module_name, _, function = reference.partition(":")
-    return cast(Callable[..., None], getattr(importlib.import_module(module_name), function))
+__all__ = ["CHECKPOINT_FILE", "ENVIRONMENT", "NAME", "class_names", "default_metric", "load",
+           "make_trainer", "train_loop"]
 
 
 def make_trainer(config: JobConfig, run_config: Any) -> Made:
@@ -54,11 +53,7 @@ def make_trainer(config: JobConfig, run_config: Any) -> Made:
         features = [data.IMAGE] if image else data.feature_columns(config, after)
         prepared = data.Prepared({}, preprocessor, columns, features,
                                  None if image else len(features), image)
-    elif config.get("datasets"):
-        data.check_paths(config)
-        builtin = not config.get("train_loop")
-        prepared = data.ray_datasets(config, image=image, vector=builtin, raw_images=builtin,
-                                     cache_auto=data.cache_by_default(config))
+    elif prepared := network_data(config):
         datasets, input_dim = prepared.datasets, prepared.input_dim
     if reference := config.get("train_loop"):
         loop = tracking.with_run(import_train_loop(reference), tracking.run_of(config))
@@ -210,16 +205,6 @@ def _report(metrics: dict[str, float], plain: Any, optimizer: Any, epoch: int, r
                        os.path.join(folder, "state.pt"))
             checkpoint = ray.train.Checkpoint.from_directory(folder)
         ray.train.report(metrics, checkpoint=checkpoint)
-
-
-def default_metric(config: JobConfig) -> tuple[str, str]:
-    return "loss", "min"   # the built-in loop's validation loss
-
-
-def class_names(config: JobConfig) -> list[Any] | None:
-    model = config.get("model") or {"name": "", "args": {}}
-    count = (model.get("args") or {}).get("num_classes", models.default_classes(model["name"]))
-    return list(range(int(count)))
 
 
 def load(checkpoint: str, card: dict[str, Any], use_gpu: bool) -> Scores:

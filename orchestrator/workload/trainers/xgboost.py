@@ -18,6 +18,7 @@ from .base import Made, Scores, boosting_job, valid_split
 
 NAME = "xgboost"
 CHECKPOINT_FILE = "model.ubj"   # Ray's XGBoost RayTrainReportCallback's
+ENVIRONMENT: dict[str, str] = {}
 
 
 def make_trainer(config: JobConfig, run_config: Any) -> Made:
