@@ -17,17 +17,15 @@ from typing import Any
 from ..contract import DatasetSection, JobConfig
 from ..util.text import size_text
 from ..util.uris import is_uri
+from . import images, storage
+from .images import estimated_image_bytes, read_images
 
 FEATURES = "features"  # the column holding the concatenated tabular features
-IMAGE = "image"
-IMAGES = "images"      # the format of a split of image files (`workload.images`)
+IMAGE = images.IMAGE   # the column of images
+IMAGES = images.IMAGES  # the format of a split of image files, which `images` reads
+resolve = storage.resolve
 SCALERS = ("StandardScaler", "MinMaxScaler", "MaxAbsScaler", "RobustScaler", "Normalizer",
            "PowerTransformer", "SimpleImputer")
-
-
-def resolve(path: str) -> str:
-    """URIs pass through; relative paths are relative to the job's working directory."""
-    return path if is_uri(path) else os.path.abspath(path)
 
 
 def absolute_paths(config: JobConfig) -> JobConfig:
@@ -73,8 +71,6 @@ def read(spec: DatasetSection, *, one_block: bool = False, label: str = "label")
                "json": ray.data.read_json, "numpy": ray.data.read_numpy}
     fmt = spec.get("format", "parquet")
     if fmt == IMAGES:
-        from .images import read_images
-
         return read_images(spec, label)
     if fmt not in readers:
         raise ValueError(f"unknown dataset format {fmt!r}; one of {', '.join(readers)}, "
@@ -246,7 +242,8 @@ def ray_datasets(config: JobConfig, *, image: bool, vector: bool, cache_auto: bo
     float32 `vector` column (`FEATURES`) or as columns; `cache_auto`: whether `cache: auto`
     splits may be cached (`cache_by_default`)."""
     label = config.get("label_column") or "label"
-    datasets = {name: read(spec, one_block=one_block_ok(config), label=label)
+    datasets = {name: read_images(spec, label) if spec.get("format") == IMAGES
+                else read(spec, one_block=one_block_ok(config))
                 for name, spec in config["datasets"].items()}
     if config["datasets"]["train"].get("format") == IMAGES:
         columns = [IMAGE, label]   # what `read_images` makes: no schema run needed
@@ -356,9 +353,7 @@ def estimated_bytes(spec: DatasetSection, image: bool) -> float | None:
     """The split's size in memory, guessed from the size of its files; None if unknown.
     `image`: it holds images normalised to float32."""
     if spec.get("format") == IMAGES:
-        from . import images
-
-        decoded = images.estimated_bytes(spec)
+        decoded = estimated_image_bytes(spec)
         return None if decoded is None else decoded * (IMAGE_EXPANSION if image else 1)
     size = file_bytes(spec["path"])
     if size is None:

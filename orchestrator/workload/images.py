@@ -22,8 +22,10 @@ from ..contract import DatasetSection, JobConfig
 from ..util.text import size_text
 from ..util.uris import is_uri
 from . import models
-from .data import IMAGE, IMAGES, resolve
+from .storage import resolve
 
+IMAGES = "images"               # the dataset format
+IMAGE = "image"                 # the column of images, as in the image parquet path (`data`)
 PATH = "path"                   # a listing's column of files, and predict's column of them
 LISTING_FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 EXTENSIONS = ("png", "jpg", "jpeg", "tif", "tiff", "bmp", "gif")   # read_images' own
@@ -141,7 +143,7 @@ def read_images(spec: DatasetSection, label: str = "label") -> Any:
     `image_size`, RGB) and `label` (the class's index in the spec's `classes`). A spec without
     `classes` (predict's data) has no labels: `image` and `path`, the file each came from."""
     import ray.data
-    from ray.data.datasource.partitioning import Partitioning
+    from ray.data.datasource.partitioning import Partitioning, PartitionStyle
 
     layout = image_layout(spec["path"])
     options: dict[str, Any] = {"mode": "RGB", **(spec.get("read_options") or {})}
@@ -155,7 +157,7 @@ def read_images(spec: DatasetSection, label: str = "label") -> Any:
     index = {name: i for i, name in enumerate(classes)}
     if layout.listing is None:
         found = ray.data.read_images(layout.root, partitioning=Partitioning(
-            "dir", field_names=[label], base_dir=layout.root), **options)
+            PartitionStyle.DIRECTORY, field_names=[label], base_dir=layout.root), **options)
         return found.map_batches(functools.partial(_class_indices, index=index, label=label),
                                  batch_format="numpy")
     listing = read_listing(layout, label)
@@ -211,7 +213,7 @@ def image_count(spec: DatasetSection) -> int | None:
                 and f.extension.lower() in EXTENSIONS])
 
 
-def estimated_bytes(spec: DatasetSection) -> float | None:
+def estimated_image_bytes(spec: DatasetSection) -> float | None:
     """An images split's size in memory as uint8 at its `image_size`; None when unknown."""
     count, side = image_count(spec), spec.get("image_size")
     return None if count is None or not side else float(count * side * side * 3)
@@ -248,7 +250,7 @@ def fit_image(image: Any, size: int | None = None) -> Any:
         raise ValueError(f"the image is {width}x{height} pixels; at most "
                          f"{MAX_PIXELS // 1024 // 1024}M pixels are taken")
     if size and image.size != (size, size):
-        image = image.resize((size, size), resample=Image.BILINEAR)
+        image = image.resize((size, size), resample=Image.Resampling.BILINEAR)
     if image.mode != "RGB":
         image = image.convert("RGB")
     return np.asarray(image, dtype=np.uint8)

@@ -30,7 +30,8 @@ def image_size(model: ModelSection | None) -> int | None:
     if not is_image_model(model):
         return None
     assert model is not None
-    return int((model.get("args") or {}).get("image_size") or MODELS[model["name"]].image_size)
+    size = (model.get("args") or {}).get("image_size") or MODELS[model["name"]].image_size
+    return None if size is None else int(size)
 
 
 def default_classes(name: str) -> int:

@@ -15,6 +15,11 @@ from ..contract import JobConfig
 from ..util.uris import is_uri
 
 
+def resolve(path: str) -> str:
+    """URIs pass through; relative paths are relative to the job's working directory."""
+    return path if is_uri(path) else os.path.abspath(path)
+
+
 def storage_root(config: JobConfig) -> str:
     path = (config.get("run_config") or {}).get("storage_path") or "~/ray_results"
     return path if is_uri(path) else os.path.abspath(os.path.expanduser(path))

@@ -165,3 +165,40 @@ def test_decode_image_refuses_a_bomb_by_its_header():
 
     with pytest.raises(ValueError, match="10000x10000 pixels; at most 64M"):
         images.decode_image(png(10000, 10000, "1"))
+
+
+def test_an_uploaded_image_becomes_the_models_row():
+    import numpy as np
+
+    from orchestrator.workload import rows
+
+    card = {"image": True, "image_size": 16, "model": {"name": "cnn", "args": {}}}
+    assert rows.is_image_upload({"content-type": "image/png; q=1"})
+    assert not rows.is_image_upload({"content-type": "application/json"})
+    assert not rows.is_image_upload({})
+    for image in (png(20, 10), np.zeros((10, 20, 3), np.uint8), np.zeros((10, 20), np.uint8)):
+        frame = rows.image_rows(image, card)
+        assert list(frame.columns) == ["image"] and len(frame) == 1
+        assert frame["image"][0].shape == (16, 16, 3) and frame["image"][0].dtype == np.uint8
+    # an older card without image_size: the built-in model's own (the cnn's 32)
+    assert rows.image_rows(png(8, 8), {"image": True, "model": {"name": "cnn", "args": {}}}) \
+        ["image"][0].shape == (32, 32, 3)
+    with pytest.raises(ValueError, match="this model takes table rows"):
+        rows.image_rows(png(8, 8), {"image": False})
+    with pytest.raises(ValueError, match="expected an image's bytes"):
+        rows.image_rows("cat.png", card)
+
+
+def test_an_image_answer_names_its_top_classes():
+    from orchestrator.workload import rows
+
+    predicted = [{"prediction": "dog", "probability_cat": 0.2, "probability_dog": 0.7,
+                  "probability_frog": 0.1}]
+    answer = rows.answer({"content-type": "image/jpeg"}, predicted)
+    assert answer["predictions"] == predicted
+    assert answer["top"] == [{"class": "dog", "confidence": 0.7},
+                             {"class": "cat", "confidence": 0.2},
+                             {"class": "frog", "confidence": 0.1}]
+    assert rows.answer({"content-type": "application/json"}, predicted) == \
+        {"predictions": predicted}
+    assert [t["class"] for t in rows.top_classes(predicted[0], 1)] == ["dog"]
