@@ -26,7 +26,7 @@ def test_every_example_validates(capsys):
     kinds = {"cluster_configs": "cluster", "experiments": "experiment", "services": "service"}
     expected = sorted((str(path), kinds[folder]) for folder in folders
                       for path in (REPO / folder).glob("*.yaml"))
-    assert len(expected) == 18   # with experiments/quickstart-kuberay.yaml
+    assert len(expected) == 19   # with experiments/quickstart-kuberay.yaml and keras-loop.yaml
     assert sorted(re.findall(r"^ok +(\S+) \((\w+)\)$", out, re.MULTILINE)) == expected
     assert err.splitlines()[-1] == f"{len(expected)} file(s) checked"
 
