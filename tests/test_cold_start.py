@@ -31,7 +31,7 @@ SLOW = {"hashlib", "csv", "ssl", "asyncio", "http.client", "urllib.request", "em
         "multiprocessing", "concurrent.futures", "tempfile", "shutil", "zipfile", "tarfile"}
 HEAVY = {"ray", "torch", "numpy", "pandas", "pyarrow", "boto3", "botocore", "google", "azure",
          "kubernetes", "xgboost", "lightgbm", "mlflow", "matplotlib", "filelock", "psutil",
-         "cryptography", "requests", "urllib3"}
+         "cryptography", "requests", "urllib3", "tensorflow", "keras"}
 
 
 def imported(code: str) -> set[str]:

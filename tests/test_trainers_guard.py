@@ -49,10 +49,11 @@ def comparisons(source: str, names: set[str]) -> list[int]:
 
 
 def test_the_guard_can_fail():
-    names = {"torch", "xgboost", "lightgbm"}
+    names = {"torch", "xgboost", "lightgbm", "tensorflow"}
     flagged = [
         'if config.get("trainer") == "xgboost": pass',
         'x = card["trainer"] != "torch"',
+        'if spec.trainer == "tensorflow": pass',
         'x = spec.trainer in ("xgboost", "lightgbm")',
         'x = "lightgbm" == name',
         'match trainer:\n    case "torch": pass',
@@ -92,3 +93,20 @@ def test_a_field_two_trainers_take_has_one_schema():
     assert properties["params"]["description"].endswith("(trainer: lightgbm, xgboost)")
     assert properties["model"]["description"] == "trainer: tensorflow, torch"
     assert set(properties) == {f for name in trainers.names() for f in trainers.get(name).FIELDS}
+
+
+def test_each_trainer_names_itself_and_what_people_write_for_it():
+    """`validate` answers a trainer's ALIASES with its name and TITLE (`language.schema`); an
+    alias is no trainer's name and leads to one trainer only."""
+    from orchestrator.language.schema import enum_hint
+
+    seen: dict[str, str] = {}
+    for name in trainers.names():
+        trainer = trainers.get(name)
+        assert trainer.TITLE and trainer.ALIASES, name
+        for alias in trainer.ALIASES:
+            assert alias == alias.lower() and alias not in trainers.names(), alias
+            assert seen.setdefault(alias, name) == name, f"{alias}: {seen[alias]} and {name}"
+            assert enum_hint(("trainer",), alias.upper(), trainers.names()) == \
+                f"did you mean '{name}'? {name} is {trainer.TITLE}"
+    assert seen["keras"] == "tensorflow" and seen["pytorch"] == "torch"

@@ -4,10 +4,10 @@ MLflow tracking server, and runs trained once for the whole session.
     data_dir       (session) the data: images/{train,valid} (CIFAR-10 layout parquet), a CSV
     experiment     experiment(name, **document) -> a file in the test's folder, beside data/
     mlflow_server  (session) `mlflow server` on loopback: (url, its folder)
-    trained        (session) trained.mlp, trained.xgboost, trained.lightgbm (a Tune sweep): a
-                   run of each, trained on the shared Ray the first time a test asks for it;
-                   predict, serve, tracking and comparison tests read them instead of training
-                   their own
+    trained        (session) trained.mlp, trained.xgboost, trained.lightgbm and
+                   trained.tensorflow (Tune sweeps): a run of each, trained on the shared Ray
+                   the first time a test asks for it; predict, serve, tracking and comparison
+                   tests read them instead of training their own
 """
 from __future__ import annotations
 
@@ -230,6 +230,24 @@ class TrainedRuns:
             # CPUs left for Ray Data's reads
             scaling_config={"num_workers": 2, "resources_per_worker": {"CPU": 0.5}},
             tune={"param_space": {"params": {"num_leaves": {"grid_search": [4, 8]}}}},
+            tracking={"mlflow": {"tracking_uri": "mlruns"}})
+
+
+    @property
+    def tensorflow(self) -> Trained:
+        """A Keras MLP (`trainer: tensorflow`) on the CSV as a Tune sweep of 2 trials (lr 0.01
+        and 0.05), each 2 workers under MultiWorkerMirroredStrategy for 2 epochs, every feature
+        scaled, the best checkpoint by accuracy; tracked in a file store (`mlruns` beside the
+        file). One run proves train, tune and tracking; predict and serve use its best
+        checkpoint."""
+        return self._train(
+            "tf", ("--quiet",), trainer="tensorflow", model=MLP, datasets=TABLE,
+            label_column="target", preprocessors=[{"type": "StandardScaler"}],
+            train_loop_config={"lr": 0.01, "epochs": 2, "batch_size_per_worker": 64},
+            # half a CPU per worker: the two trials train side by side on the 4-CPU Ray
+            scaling_config={"num_workers": 2, "resources_per_worker": {"CPU": 0.5}},
+            run_config=BY_ACCURACY,
+            tune={"param_space": {"train_loop_config": {"lr": {"grid_search": [0.01, 0.05]}}}},
             tracking={"mlflow": {"tracking_uri": "mlruns"}})
 
 

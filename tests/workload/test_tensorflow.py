@@ -1,0 +1,139 @@
+"""`trainer: tensorflow` end to end on the embedded local Ray: the session's Keras MLP, a Tune
+sweep of two trials of two workers each under MultiWorkerMirroredStrategy, tracked in MLflow,
+then `orchestrate predict` and `orchestrate serve` of its best checkpoint, whose answers are
+checked against the same `model.keras` and fitted preprocessor applied here with Keras's own API;
+and the user's own TensorFlow loop (experiments/keras-loop.yaml) as shipped."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from orchestrator.cli import main
+
+from .test_end_to_end import assert_results_written, run_json
+from .test_predict import card_of, predict_json, read_predictions
+from .test_tracking import client
+
+pytestmark = [pytest.mark.ray]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def best_of(summary: dict) -> tuple[Path, Path, object, dict, object]:
+    """The best checkpoint, its trial's run folder, its Keras model, card and preprocessor."""
+    import keras
+
+    checkpoint = Path(summary["best_checkpoint"])
+    metadata = json.loads((checkpoint / ".metadata.json").read_text())
+    assert metadata["_model_filename"] == "model.keras"   # as Ray's TensorflowCheckpoint named it
+    run = Path(metadata["orchestrate_run"])
+    card, preprocessor = card_of(run)
+    model = keras.models.load_model(checkpoint / "model.keras", compile=False)
+    return checkpoint, run, model, card, preprocessor
+
+
+def expected(model, card: dict, preprocessor, frame: pd.DataFrame) -> np.ndarray:
+    """P(class 1) per row, by Keras from the checkpoint's model."""
+    import keras
+
+    features = preprocessor.transform_batch(frame.copy())[card["features"]]
+    logits = model(features.to_numpy(dtype=np.float32), training=False)
+    return keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=1))[:, 1]
+
+
+@pytest.mark.xdist_group("trained-tensorflow")
+def test_a_keras_sweep_is_tuned_tracked_and_predicted(trained, tmp_path, capsys, monkeypatch):
+    tf_run = trained.tensorflow
+    tf_run.use(monkeypatch)
+    summary = tf_run.summary
+    assert_results_written(summary)
+    assert (summary["metric"], summary["mode"]) == ("loss", "min")   # the trainer's default
+    assert sorted(t["params"]["train_loop_config.lr"] for t in summary["trials"]) == [0.01, 0.05]
+    assert all(t["error"] is None and t["epochs"] == 2 for t in summary["trials"])
+    assert summary["metrics"]["accuracy"] > 0.85
+    checkpoint, run, model, card, preprocessor = best_of(summary)
+    assert card["trainer"] == "tensorflow" and card["class_names"] == [0, 1]
+    assert json.loads((checkpoint / "state.json").read_text())["epoch"] in (0, 1)
+    assert run.parent == Path(summary["run_path"])
+
+    # tracked: the sweep is a parent run, each trial a child with its two epochs
+    mlflow = client(str(tf_run.path.parent / "mlruns"), monkeypatch)
+    parent = mlflow.get_run(summary["tracking"]["run_id"])
+    assert parent.data.params["tune.metric"] == "loss"
+    children = mlflow.search_runs([parent.info.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert sorted(c.data.params["train_loop_config.lr"] for c in children) == ["0.01", "0.05"]
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert [m.step for m in mlflow.get_metric_history(child.info.run_id, "accuracy")] == [1, 2]
+
+    # `results` reads the sweep as it reads torch's
+    assert main(["results", str(tf_run.path), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"] == summary["metrics"]
+
+    # predicted from the experiment file: its latest run (the sweep), its best checkpoint
+    data = tf_run.path.parent / "data" / "breast_cancer.csv"
+    code, predicted, err = predict_json(capsys, str(tf_run.path), "--data", str(data),
+                                        "--output", str(tmp_path / "out"), "--evaluate")
+    assert code == 0, err
+    assert predicted["checkpoint"] == str(checkpoint)
+    frame = pd.read_csv(data)
+    rows = read_predictions(Path(predicted["output"]))
+    joined = rows.merge(frame.assign(expected=expected(model, card, preprocessor, frame)),
+                        on=list(frame.columns))
+    assert len(joined) == len(frame) == predicted["rows"]
+    np.testing.assert_allclose(joined["probability_1"], joined["expected"], rtol=1e-5, atol=1e-6)
+    assert (joined["prediction"] == (joined["expected"] > 0.5).astype(int)).all()
+    accuracy = ((joined["expected"] > 0.5).astype(int) == joined["target"]).mean()
+    assert predicted["metrics"]["accuracy"] == pytest.approx(accuracy)
+
+
+@pytest.mark.xdist_group("trained-tensorflow")
+def test_the_best_keras_checkpoint_is_served(trained, local_ray, tmp_path, capsys, monkeypatch):
+    from .test_serve import call, serve_json, write_service
+
+    tf_run = trained.tensorflow
+    tf_run.use(monkeypatch)
+    service = write_service(tmp_path, "keras", model={"experiment": str(tf_run.path)},
+                            route_prefix="/keras", replicas=1, resources_per_replica={"cpus": 0.5})
+    code, served, err = serve_json(capsys, service)
+    assert code == 0, err
+    try:
+        checkpoint, _run, model, card, preprocessor = best_of(tf_run.summary)
+        assert served["status"] == "RUNNING" and served["checkpoint"] == str(checkpoint)
+        frame = pd.read_csv(tf_run.path.parent / "data" / "breast_cancer.csv").head(20)
+        rows = frame.drop(columns=["target"]).to_dict(orient="records")
+        status, answer = call(served["url"] + "/predict", rows, token=served["token"])
+        assert status == 200, answer
+        probabilities = [p["probability_1"] for p in answer["predictions"]]
+        np.testing.assert_allclose(probabilities, expected(model, card, preprocessor, frame),
+                                   rtol=1e-5, atol=1e-6)
+    finally:
+        assert main(["unserve", "keras"]) == 0
+        capsys.readouterr()
+
+
+def test_the_users_own_keras_loop_as_shipped(local_ray, tmp_path, capsys):
+    """experiments/keras-loop.yaml: the loop builds its model under the strategy's scope, reads
+    its shard of line.csv through to_tf, reports; its checkpoint loads in Keras."""
+    import keras
+
+    shutil.copytree(REPO / "experiments" / "keras_loop", tmp_path / "keras_loop")
+    document = yaml.safe_load((REPO / "experiments" / "keras-loop.yaml").read_text())
+    document["run_config"] = {"storage_path": str(tmp_path / "results")}
+    path = tmp_path / "keras-loop.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    code, summary, err = run_json(capsys, path)
+    assert code == 0, err
+    history = json.loads(Path(summary["history"]).read_text())
+    epochs = document["train_loop_config"]["epochs"]
+    assert [row["epoch"] for row in history] == list(range(1, epochs + 1))
+    assert history[-1]["loss"] < history[0]["loss"] / 10
+    model = keras.models.load_model(Path(summary["best_checkpoint"]) / "model.keras")
+    (kernel,), (bias,) = (w.ravel() for w in model.get_weights())
+    assert abs(kernel - 3) < 0.5 and abs(bias + 1) < 0.2   # y = 3x - 1
