@@ -13,7 +13,7 @@ from orchestrator.contract import SERVE_DEPLOYMENT, SERVE_IMPORT_PATH
 from orchestrator.language.service import load_service
 from orchestrator.render import service
 from orchestrator.workload.rows import rows_of
-from orchestrator.workload.serving import token_matches
+from orchestrator.workload.access import token_matches
 
 
 def service_file(tmp_path: Path, text: str) -> Path:
