@@ -11,11 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.cli import main
-
+from .binary import assert_predicted, assert_served
 from .test_end_to_end import assert_results_written
-from .test_predict import card_of, predict_json, read_predictions
-from .test_serve import call, serve_json, write_service
+from .test_predict import card_of
 from .test_tracking import client
 
 pytestmark = [pytest.mark.ray]
@@ -65,40 +63,14 @@ def test_a_sweep_is_tuned_tracked_and_predicted(trained, tmp_path, capsys, monke
                                                           "valid-binary_logloss")] == [1, 2, 3, 4, 5]
 
     # predicted from the experiment file: its latest run (the sweep), its best checkpoint
-    data = lgbm.path.parent / "data" / "breast_cancer.csv"
-    code, predicted, err = predict_json(capsys, str(lgbm.path), "--data", str(data),
-                                        "--output", str(tmp_path / "out"), "--evaluate")
-    assert code == 0, err
-    assert predicted["checkpoint"] == str(checkpoint)
-    frame = pd.read_csv(data)
-    rows = read_predictions(Path(predicted["output"]))
-    joined = rows.merge(frame.assign(expected=expected(booster, card, preprocessor, frame)),
-                        on=list(frame.columns))
-    assert len(joined) == len(frame) == predicted["rows"]
-    np.testing.assert_allclose(joined["probability_1"], joined["expected"], rtol=1e-6)
-    assert (joined["prediction"] == (joined["expected"] > 0.5).astype(int)).all()
-    accuracy = ((joined["expected"] > 0.5).astype(int) == joined["target"]).mean()
-    assert predicted["metrics"]["accuracy"] == pytest.approx(accuracy)
+    assert_predicted(capsys, lgbm.path, tmp_path / "out", checkpoint,
+                     lambda frame: expected(booster, card, preprocessor, frame), rtol=1e-6)
 
 
 @pytest.mark.xdist_group("trained-boosted")
 def test_the_best_checkpoint_is_served(trained, local_ray, tmp_path, capsys, monkeypatch):
     lgbm = trained.lightgbm
     lgbm.use(monkeypatch)
-    service = write_service(tmp_path, "lgbm", model={"experiment": str(lgbm.path)},
-                            route_prefix="/lgbm", replicas=1, resources_per_replica={"cpus": 0.5})
-    code, served, err = serve_json(capsys, service)
-    assert code == 0, err
-    try:
-        checkpoint, _run, booster, card, preprocessor = best_of(lgbm.summary)
-        assert served["status"] == "RUNNING" and served["checkpoint"] == str(checkpoint)
-        frame = pd.read_csv(lgbm.path.parent / "data" / "breast_cancer.csv").head(20)
-        rows = frame.drop(columns=["target"]).to_dict(orient="records")
-        status, answer = call(served["url"] + "/predict", rows, token=served["token"])
-        assert status == 200, answer
-        probabilities = [p["probability_1"] for p in answer["predictions"]]
-        np.testing.assert_allclose(probabilities, expected(booster, card, preprocessor, frame),
-                                   rtol=1e-6)
-    finally:
-        assert main(["unserve", "lgbm"]) == 0
-        capsys.readouterr()
+    checkpoint, _run, booster, card, preprocessor = best_of(lgbm.summary)
+    assert_served(capsys, lgbm.path, tmp_path, "lgbm", checkpoint,
+                  lambda frame: expected(booster, card, preprocessor, frame), rtol=1e-6)

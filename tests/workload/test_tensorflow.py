@@ -16,8 +16,9 @@ import yaml
 
 from orchestrator.cli import main
 
+from .binary import assert_predicted, assert_served
 from .test_end_to_end import assert_results_written, run_json
-from .test_predict import card_of, predict_json, read_predictions
+from .test_predict import card_of
 from .test_tracking import client
 
 pytestmark = [pytest.mark.ray]
@@ -77,45 +78,17 @@ def test_a_keras_sweep_is_tuned_tracked_and_predicted(trained, tmp_path, capsys,
     assert json.loads(capsys.readouterr().out)["metrics"] == summary["metrics"]
 
     # predicted from the experiment file: its latest run (the sweep), its best checkpoint
-    data = tf_run.path.parent / "data" / "breast_cancer.csv"
-    code, predicted, err = predict_json(capsys, str(tf_run.path), "--data", str(data),
-                                        "--output", str(tmp_path / "out"), "--evaluate")
-    assert code == 0, err
-    assert predicted["checkpoint"] == str(checkpoint)
-    frame = pd.read_csv(data)
-    rows = read_predictions(Path(predicted["output"]))
-    joined = rows.merge(frame.assign(expected=expected(model, card, preprocessor, frame)),
-                        on=list(frame.columns))
-    assert len(joined) == len(frame) == predicted["rows"]
-    np.testing.assert_allclose(joined["probability_1"], joined["expected"], rtol=1e-5, atol=1e-6)
-    assert (joined["prediction"] == (joined["expected"] > 0.5).astype(int)).all()
-    accuracy = ((joined["expected"] > 0.5).astype(int) == joined["target"]).mean()
-    assert predicted["metrics"]["accuracy"] == pytest.approx(accuracy)
+    assert_predicted(capsys, tf_run.path, tmp_path / "out", checkpoint,
+                     lambda frame: expected(model, card, preprocessor, frame), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.xdist_group("trained-tensorflow")
 def test_the_best_keras_checkpoint_is_served(trained, local_ray, tmp_path, capsys, monkeypatch):
-    from .test_serve import call, serve_json, write_service
-
     tf_run = trained.tensorflow
     tf_run.use(monkeypatch)
-    service = write_service(tmp_path, "keras", model={"experiment": str(tf_run.path)},
-                            route_prefix="/keras", replicas=1, resources_per_replica={"cpus": 0.5})
-    code, served, err = serve_json(capsys, service)
-    assert code == 0, err
-    try:
-        checkpoint, _run, model, card, preprocessor = best_of(tf_run.summary)
-        assert served["status"] == "RUNNING" and served["checkpoint"] == str(checkpoint)
-        frame = pd.read_csv(tf_run.path.parent / "data" / "breast_cancer.csv").head(20)
-        rows = frame.drop(columns=["target"]).to_dict(orient="records")
-        status, answer = call(served["url"] + "/predict", rows, token=served["token"])
-        assert status == 200, answer
-        probabilities = [p["probability_1"] for p in answer["predictions"]]
-        np.testing.assert_allclose(probabilities, expected(model, card, preprocessor, frame),
-                                   rtol=1e-5, atol=1e-6)
-    finally:
-        assert main(["unserve", "keras"]) == 0
-        capsys.readouterr()
+    checkpoint, _run, model, card, preprocessor = best_of(tf_run.summary)
+    assert_served(capsys, tf_run.path, tmp_path, "keras", checkpoint,
+                  lambda frame: expected(model, card, preprocessor, frame), rtol=1e-5, atol=1e-6)
 
 
 def test_the_users_own_keras_loop_as_shipped(local_ray, tmp_path, capsys):
