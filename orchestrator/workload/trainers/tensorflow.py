@@ -43,8 +43,6 @@ __all__ = ["CHECKPOINT_FILE", "ENVIRONMENT", "NAME", "build_model", "class_names
 def make_trainer(config: JobConfig, run_config: Any) -> Made:
     """A TensorflowTrainer for the resolved config; a built-in model's run hands back its
     prepared data (for the model card)."""
-    for name, value in ENVIRONMENT.items():
-        os.environ.setdefault(name, value)
     from ray.train.tensorflow import TensorflowTrainer
 
     prepared = network_data(config)
@@ -205,7 +203,7 @@ def _report(metrics: dict[str, float], model: Any, epoch: int, rank: int) -> Non
 
 def load(checkpoint: str, card: dict[str, Any], use_gpu: bool) -> Scores:
     """The checkpoint's Keras model (TensorFlow places it on a GPU when its build has one)."""
-    for name, value in ENVIRONMENT.items():
+    for name, value in ENVIRONMENT.items():   # a Serve replica may not have run worker.setup
         os.environ.setdefault(name, value)
     import keras
     from ray.train import Checkpoint
