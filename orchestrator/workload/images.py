@@ -78,21 +78,33 @@ def read_listing(layout: ImageLayout, label: str | None) -> Any:
     return frame
 
 
-def classes_of(layout: ImageLayout, label: str) -> list[str]:
-    """The class names of a split, sorted: its class folders, or its listing's labels."""
-    if layout.listing is not None:
-        return sorted(set(read_listing(layout, label)[label]))
+def image_files(root: str) -> list[str]:
+    """The image files under a folder, as paths relative to it, the ones `read_images` reads:
+    by extension (any case), none under a name starting with "." or "_" (Ray Data skips them)."""
     import pyarrow.fs
 
-    fs, inner = pyarrow.fs.FileSystem.from_uri(layout.root)
-    entries = fs.get_file_info(pyarrow.fs.FileSelector(inner, recursive=False))
-    names = sorted(e.base_name for e in entries
-                   if e.type == pyarrow.fs.FileType.Directory and not e.base_name.startswith("."))
-    if not names:
-        raise ValueError(f"the image folder {layout.root} holds no class folders: put each "
-                         f"class's images in a folder named after it (train/cat/001.png), or "
-                         f"list them in a CSV with columns {PATH},label")
-    return names
+    fs, inner = pyarrow.fs.FileSystem.from_uri(root)
+    found = fs.get_file_info(pyarrow.fs.FileSelector(inner, recursive=True))
+    base = inner.rstrip("/") + "/"
+    files = [f.path[len(base):] for f in found if f.type == pyarrow.fs.FileType.File
+             and f.extension.lower() in EXTENSIONS and f.path.startswith(base)]
+    return [f for f in files if not any(part.startswith((".", "_")) for part in f.split("/"))]
+
+
+def classes_of(layout: ImageLayout, label: str) -> list[str]:
+    """The class names of a split, sorted: its listing's labels, or the folders its images are
+    in; ValueError for a folder without images, or with one that is not in a class folder."""
+    if layout.listing is not None:
+        return sorted(set(read_listing(layout, label)[label]))
+    files = image_files(layout.root)
+    astray = [f for f in files if f.count("/") != 1]
+    if astray or not files:
+        where = f"{layout.root}/{astray[0]} is not in one" if astray else \
+            f"the image folder {layout.root} holds no image files"
+        raise ValueError(f"{where}: a folder of images holds one folder per class, named after "
+                         f"it, with the class's images directly inside (train/cat/001.png); or "
+                         f"list the images in a CSV with columns {PATH},label")
+    return sorted({f.split("/", 1)[0] for f in files})
 
 
 def is_images(spec: Mapping[str, Any]) -> bool:
@@ -199,18 +211,12 @@ def image_count(spec: DatasetSection) -> int | None:
     """How many images a split has (its listing's rows, or its folder's image files); None if
     they cannot be listed."""
     import pyarrow
-    import pyarrow.fs
 
     layout = image_layout(spec["path"])
     try:
-        if layout.listing is not None:
-            return len(read_listing(layout, None))
-        fs, inner = pyarrow.fs.FileSystem.from_uri(layout.root)
-        files = fs.get_file_info(pyarrow.fs.FileSelector(inner, recursive=True))
+        return len(read_listing(layout, None) if layout.listing else image_files(layout.root))
     except (OSError, ValueError, pyarrow.ArrowException):
         return None
-    return len([f for f in files if f.type == pyarrow.fs.FileType.File
-                and f.extension.lower() in EXTENSIONS])
 
 
 def estimated_image_bytes(spec: DatasetSection) -> float | None:

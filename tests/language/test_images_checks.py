@@ -202,3 +202,26 @@ def test_an_image_answer_names_its_top_classes():
     assert rows.answer({"content-type": "application/json"}, predicted) == \
         {"predictions": predicted}
     assert [t["class"] for t in rows.top_classes(predicted[0], 1)] == ["dog"]
+
+
+def test_class_folders_are_found_as_ray_data_reads_them(tmp_path):
+    import shutil
+
+    from orchestrator.workload.images import ImageLayout, classes_of, image_files
+
+    root = tmp_path / "train"
+    write_image_folder(root, ["cat", "dog"], 2, size=8)
+    shutil.move(root / "cat" / "000.png", root / "cat" / "000.PNG")   # any case
+    (root / "notes.txt").write_text("not an image")
+    write_image_folder(root / ".ipynb_checkpoints", ["x"], 1, size=8)   # Ray Data skips these
+    write_image_folder(root / "_tmp", ["y"], 1, size=8)
+    assert sorted(image_files(str(root))) == ["cat/000.PNG", "cat/001.png", "dog/000.png",
+                                              "dog/001.png"]
+    assert classes_of(ImageLayout(str(root)), "label") == ["cat", "dog"]
+    write_image_folder(root / "dog" / "puppies", ["small"], 1, size=8)
+    with pytest.raises(ValueError, match="dog/puppies/small/000.png is not in one: a folder of "
+                                         "images holds one folder per class"):
+        classes_of(ImageLayout(str(root)), "label")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="holds no image files"):
+        classes_of(ImageLayout(str(tmp_path / "empty")), "label")
