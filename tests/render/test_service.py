@@ -12,8 +12,8 @@ from orchestrator.cli import main
 from orchestrator.contract import SERVE_DEPLOYMENT, SERVE_IMPORT_PATH
 from orchestrator.language.service import load_service
 from orchestrator.render import service
-from orchestrator.workload.rows import rows_of
 from orchestrator.workload.access import token_matches
+from orchestrator.workload.rows import rows_of
 
 
 def service_file(tmp_path: Path, text: str) -> Path:
