@@ -177,7 +177,10 @@ def _images_problems(doc: Document, data: dict[str, Any], base: Path) -> list[Pr
     for name in named:
         path = str(datasets[name]["path"])
         where = local(base, path)
-        if is_uri(path) or not holds(where) or holds(where, Path.is_dir):
+        if is_uri(path) or not holds(where):
+            continue
+        if holds(where, Path.is_dir):
+            problems += _image_folder_problems(doc, ("datasets", name, "path"), path, where)
             continue
         said = suffix_format(path)
         if said not in LISTINGS:
@@ -198,6 +201,36 @@ def _images_problems(doc: Document, data: dict[str, Any], base: Path) -> list[Pr
                                         f"{', '.join(found or [])})", "a listing has a 'path' "
                                         f"column (relative to its folder) and '{label}'"))
     return problems
+
+
+LOOKED_AT = 2000   # a folder's first files looked at: a wrong layout shows in the first ones
+
+
+def _image_folder_problems(doc: Document, field: FieldPath, path: str,
+                           folder: Path) -> list[Problem]:
+    """A local folder of images whose first images are not each in a class folder, or that
+    has none (as Ray Data lists it: names starting with "." or "_" skipped)."""
+    from ..workload.images import EXTENSIONS
+
+    seen = 0
+    for file in folder.rglob("*"):
+        inside = file.relative_to(folder).parts
+        if file.suffix.lower().lstrip(".") not in EXTENSIONS or any(p.startswith((".", "_"))
+                                                            for p in inside):
+            continue
+        if len(inside) != 2:
+            return [doc.problem(field, f"'{path}/{'/'.join(inside)}' is not in a class folder: "
+                                "a folder of images holds one folder per class, named after it, "
+                                "with the class's images directly inside (train/cat/001.png)",
+                                "move the images into class folders, or list them in a CSV "
+                                "with columns path,label")]
+        seen += 1
+        if seen >= LOOKED_AT:
+            break
+    if seen:
+        return []
+    return [doc.problem(field, f"'{path}' holds no image files ({', '.join(EXTENSIONS)}) in "
+                        "class folders")]
 
 
 def _path_problems(doc: Document, data: dict[str, Any], base: Path, working_dir: Path) -> list[Problem]:

@@ -225,3 +225,17 @@ def test_class_folders_are_found_as_ray_data_reads_them(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="holds no image files"):
         classes_of(ImageLayout(str(tmp_path / "empty")), "label")
+
+
+def test_a_flat_or_empty_folder_is_named_before_the_run(tmp_path, capsys):
+    write_image_folder(tmp_path / "flat", ["cat"], 1, size=8)
+    (tmp_path / "flat" / "cat" / "000.png").rename(tmp_path / "flat" / "000.png")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "readme.txt").write_text("no images")
+    path = write(tmp_path, model={"name": "cnn"},
+                 datasets={"train": {"format": "images", "path": "flat"},
+                           "valid": {"format": "images", "path": "empty"}})
+    code, errors = validate(path, capsys)
+    assert code == 1 and len(errors) == 2
+    assert " datasets.train.path: 'flat/000.png' is not in a class folder" in errors[0]
+    assert " datasets.valid.path: 'empty' holds no image files" in errors[1]
