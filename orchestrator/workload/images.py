@@ -150,9 +150,10 @@ def with_image_classes(config: JobConfig) -> JobConfig:
     return {**config, "datasets": datasets, "model": model}
 
 
-def read_images(spec: DatasetSection, label: str = "label") -> Any:
+def read_images(spec: DatasetSection, label: str = "label", *, names: bool = False) -> Any:
     """An images split as a Ray Dataset of `image` (uint8 HxWx3, resized to the spec's
-    `image_size`, RGB) and `label` (the class's index in the spec's `classes`). A spec without
+    `image_size`, RGB) and `label` (the class's index in the spec's `classes`; with `names`,
+    the class's name, and the `path` of each file: predict's --evaluate). A spec without
     `classes` (predict's data) has no labels: `image` and `path`, the file each came from."""
     import ray.data
     from ray.data.datasource.partitioning import Partitioning, PartitionStyle
@@ -168,15 +169,15 @@ def read_images(spec: DatasetSection, label: str = "label") -> Any:
         return ray.data.read_images(files, include_paths=True, **options)
     index = {name: i for i, name in enumerate(classes)}
     if layout.listing is None:
-        found = ray.data.read_images(layout.root, partitioning=Partitioning(
+        found = ray.data.read_images(layout.root, include_paths=names, partitioning=Partitioning(
             PartitionStyle.DIRECTORY, field_names=[label], base_dir=layout.root), **options)
-        return found.map_batches(functools.partial(_class_indices, index=index, label=label),
-                                 batch_format="numpy")
+        return found if names else found.map_batches(
+            functools.partial(_class_indices, index=index, label=label), batch_format="numpy")
     listing = read_listing(layout, label)
-    by_path = {_bare(p): index.get(c, -1) for p, c in zip(listing[PATH], listing[label],
-                                                         strict=True)}
+    by_path = {_bare(p): c for p, c in zip(listing[PATH], listing[label], strict=True)}
     found = ray.data.read_images(list(listing[PATH]), include_paths=True, **options)
-    return found.map_batches(functools.partial(_listed_indices, by_path=by_path, label=label),
+    return found.map_batches(functools.partial(_listed_labels, by_path=by_path, label=label,
+                                               index=None if names else index),
                              batch_format="numpy")
 
 
@@ -196,15 +197,20 @@ def _class_indices(batch: dict[str, Any], *, index: dict[str, int], label: str) 
     return batch
 
 
-def _listed_indices(batch: dict[str, Any], *, by_path: dict[str, int],
-                    label: str) -> dict[str, Any]:
+def _listed_labels(batch: dict[str, Any], *, by_path: dict[str, str], label: str,
+                   index: dict[str, int] | None) -> dict[str, Any]:
+    """A listing's labels for a batch of its images: class indices, or (`index` None) the
+    names with each image's path."""
     import numpy as np
 
-    labels = np.asarray([by_path.get(_bare(str(p)), -1) for p in batch[PATH]], dtype=np.int64)
-    if (labels < 0).any():
-        raise ValueError(f"image(s) with a class the train split lacks: "
-                         f"{', '.join(str(p) for p in batch[PATH][labels < 0][:5])}")
-    return {IMAGE: batch[IMAGE], label: labels}
+    labels = [by_path[_bare(str(p))] for p in batch[PATH]]
+    if index is None:
+        return {IMAGE: batch[IMAGE], label: np.asarray(labels), PATH: batch[PATH]}
+    unknown = sorted(set(labels) - set(index))
+    if unknown:
+        raise ValueError(f"image(s) of class(es) {', '.join(map(repr, unknown))} that the "
+                         f"train split lacks")
+    return {IMAGE: batch[IMAGE], label: np.asarray([index[c] for c in labels], dtype=np.int64)}
 
 
 def image_count(spec: DatasetSection) -> int | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..contract import PREDICT_SUMMARY, PREDICTIONS_FOLDER, DatasetSection, PredictConfig, result_line
 from . import card, data, inference, storage
-from .images import PATH
+from .images import PATH, classes_of, image_layout, read_images
 from .models import image_size
 
 
@@ -44,9 +44,9 @@ def predict(config: PredictConfig) -> dict[str, Any]:
     target = storage.join(output, PREDICTIONS_FOLDER)
     if storage.exists(target):
         raise ValueError(f"{target} already exists: give another --output, or remove it")
-    dataset, columns = read(config["data"], model)
+    dataset, columns = read(config["data"], model, config["evaluate"])
     keep = check_columns(model, columns, config)
-    if config["evaluate"]:
+    if config["evaluate"] and config["data"].get("format") != data.IMAGES:  # images: by `read`
         check_labels(model, dataset)
     image_only = model["image"] and loaded.preprocessor is None
     gpus = float(config.get("gpus") or 0)
@@ -78,9 +78,10 @@ def predict(config: PredictConfig) -> dict[str, Any]:
     return summary
 
 
-def read(spec: DatasetSection, model: dict[str, Any]) -> tuple[Any, list[str]]:
+def read(spec: DatasetSection, model: dict[str, Any], evaluate: bool) -> tuple[Any, list[str]]:
     """The data as a Ray Dataset (Ray's block count: every actor of the pool gets blocks) and
-    its columns; images at the model's size, with the path of each file."""
+    its columns; images at the model's size, with the path of each file, and to `evaluate`
+    their labels (class folders or a listing's), checked against the model's classes here."""
     if spec.get("format") != data.IMAGES:
         dataset = data.read(spec)
         return dataset, list(dataset.schema().names)
@@ -88,7 +89,15 @@ def read(spec: DatasetSection, model: dict[str, Any]) -> tuple[Any, list[str]]:
         raise ValueError(f"the data is a folder of images, but the model ({model['trainer']}, "
                          f"experiment {model['experiment']!r}) takes table rows")
     size = model.get("image_size") or image_size(model.get("model"))
-    return data.read({**spec, "image_size": size}), [data.IMAGE, PATH]
+    if not evaluate:
+        return data.read({**spec, "image_size": size}), [data.IMAGE, PATH]
+    label, names = model["label_column"], [str(c) for c in model["class_names"] or []]
+    unseen = sorted(set(classes_of(image_layout(spec["path"]), label)) - set(names))
+    if unseen:
+        raise ValueError(f"the images' classes {', '.join(map(repr, unseen[:10]))} are classes "
+                         f"the model never learned (its classes: {', '.join(names[:20])})")
+    return read_images({**spec, "image_size": size, "classes": names}, label, names=True), \
+        [data.IMAGE, label, PATH]
 
 
 def pool_size(asked: int, gpus: float) -> int:

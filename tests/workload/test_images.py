@@ -77,10 +77,11 @@ def test_a_folder_of_class_folders_trains_and_the_card_names_the_classes(images_
 
 def test_predict_over_a_folder_writes_a_row_per_file(images_run, image_tree, tmp_path, capsys,
                                                      monkeypatch):
+    """Evaluated too: the class folders are the labels."""
     images_run.use(monkeypatch)
     folder = image_tree / "valid"   # found to be images by its files: no --data-format
     code, summary, err = predict_json(capsys, str(images_run.path), "--data", str(folder),
-                                      "--output", str(tmp_path / "out"))
+                                      "--output", str(tmp_path / "out"), "--evaluate")
     assert code == 0, err
     predicted = read_predictions(Path(summary["output"]))
     files = sorted(folder.rglob("*.png"))
@@ -92,6 +93,12 @@ def test_predict_over_a_folder_writes_a_row_per_file(images_run, image_tree, tmp
     np.testing.assert_allclose(ours[[f"probability_{c}" for c in CLASSES]].to_numpy(),
                                probabilities, rtol=1e-4, atol=1e-6)
     assert list(ours["prediction"]) == [CLASSES[i] for i in probabilities.argmax(axis=1)]
+    assert list(ours["label"]) == [f.parent.name for f in files]
+    right = [CLASSES[i] == f.parent.name for i, f in zip(probabilities.argmax(axis=1), files,
+                                                          strict=True)]
+    assert summary["metrics"]["accuracy"] == pytest.approx(np.mean(right))
+    picked = [p[CLASSES.index(f.parent.name)] for p, f in zip(probabilities, files, strict=True)]
+    assert summary["metrics"]["loss"] == pytest.approx(-np.mean(np.log(picked)), rel=1e-4)
 
 
 def post(url: str, body: bytes, content_type: str, token: str) -> tuple[int, dict]:
