@@ -15,7 +15,7 @@ from ..errors import Problem, SpecError
 from ..util.text import did_you_mean
 from ..util.uris import CREDENTIALS_HINT, CREDENTIALS_MESSAGE, has_credentials, is_uri
 from ..yamlload import Document, FieldPath, load_file
-from . import environment
+from . import environment, images
 from .cluster import ClusterSpec, load_cluster
 from .environment import Environment
 from .paths import holds, local
@@ -138,99 +138,12 @@ def _format_problems(doc: Document, name: str, dataset: dict[str, Any]) -> list[
     parquet file: `_images_problems`)."""
     written = dataset.get("format")
     said = suffix_format(str(dataset["path"]))
-    if written is None or said is None or written in (said, IMAGES):
+    if written is None or said is None or written in (said, images.IMAGES):
         return []
     return [doc.problem(("datasets", name, "format"), f"format: {written}, but "
                         f"'{dataset['path']}' is a {said} file by its name",
                         f"write format: {said}, or leave format out: it is then taken from "
                         "the path's suffix")]
-
-
-IMAGES = "images"
-LISTINGS = ("csv", "parquet")   # what an images split's listing may be
-
-
-def _images_problems(doc: Document, data: dict[str, Any], base: Path) -> list[Problem]:
-    """`format: images`: a model that takes images (a built-in image model, or the user's own
-    train_loop), a train split of images too (the class names come from it), and a path that is
-    a folder of class folders or a .csv/.parquet listing of `path,label`."""
-    from ..workload.models import is_image_model
-
-    datasets = data.get("datasets") or {}
-    named = [name for name, d in datasets.items() if d.get("format") == IMAGES]
-    if not named:
-        return []
-    problems = []
-    model = data.get("model")
-    if "train_loop" not in data and not (isinstance(model, dict) and is_image_model(
-            {"name": model.get("name", ""), "args": {}})):
-        has = f"model {model['name']}" if isinstance(model, dict) and model.get("name") \
-            else f"trainer {data['trainer']} without a model"
-        problems.append(doc.problem(("datasets", named[0], "format"), f"format: images needs a "
-                                    f"model that takes images, and this experiment has {has}",
-                                    "use model: {name: vit} or {name: cnn} with trainer: torch, "
-                                    "or your own train_loop"))
-    if "train" in datasets and "train" not in named:
-        problems.append(doc.problem(("datasets", "train", "format"), f"datasets.{named[0]} is "
-                                    "format: images, so train must be too: the class names "
-                                    "come from the train split"))
-    for name in named:
-        path = str(datasets[name]["path"])
-        where = local(base, path)
-        if is_uri(path) or not holds(where):
-            continue
-        if holds(where, Path.is_dir):
-            problems += _image_folder_problems(doc, ("datasets", name, "path"), path, where)
-            continue
-        said = suffix_format(path)
-        if said not in LISTINGS:
-            problems.append(doc.problem(("datasets", name, "path"), f"format: images reads a "
-                                        f"folder of class folders (train/cat/001.png) or a "
-                                        f".csv/.parquet listing of path,label; '{path}' is a "
-                                        f"file and neither", "name the folder that holds the "
-                                        "class folders"))
-            continue
-        from .columns import columns
-
-        found = columns(where, said, None)
-        label = data.get("label_column") or "label"
-        lacking = [c for c in ("path", label) if found is not None and c not in found]
-        if lacking:
-            problems.append(doc.problem(("datasets", name, "path"), f"the image listing '{path}' "
-                                        f"has no column {', '.join(map(repr, lacking))} (it has: "
-                                        f"{', '.join(found or [])})", "a listing has a 'path' "
-                                        f"column (relative to its folder) and '{label}'"))
-    return problems
-
-
-LOOKED_AT = 2000   # a folder's first files looked at: a wrong layout shows in the first ones
-
-
-def _image_folder_problems(doc: Document, field: FieldPath, path: str,
-                           folder: Path) -> list[Problem]:
-    """A local folder of images whose first images are not each in a class folder, or that
-    has none (as Ray Data lists it: names starting with "." or "_" skipped)."""
-    from ..workload.images import EXTENSIONS
-
-    seen = 0
-    for file in folder.rglob("*"):
-        inside = file.relative_to(folder).parts
-        if file.suffix.lower().lstrip(".") not in EXTENSIONS or any(p.startswith((".", "_"))
-                                                            for p in inside):
-            continue
-        if len(inside) != 2:
-            return [doc.problem(field, f"'{path}/{'/'.join(inside)}' is not in a class folder: "
-                                "a folder of images holds one folder per class, named after it, "
-                                "with the class's images directly inside (train/cat/001.png)",
-                                "move the images into class folders, or list them in a CSV "
-                                "with columns path,label")]
-        seen += 1
-        if seen >= LOOKED_AT:
-            break
-    if seen:
-        return []
-    return [doc.problem(field, f"'{path}' holds no image files ({', '.join(EXTENSIONS)}) in "
-                        "class folders")]
 
 
 def _path_problems(doc: Document, data: dict[str, Any], base: Path, working_dir: Path) -> list[Problem]:
@@ -247,7 +160,7 @@ def _path_problems(doc: Document, data: dict[str, Any], base: Path, working_dir:
     if isinstance(storage, str) and has_credentials(storage):
         problems.append(doc.problem(("run_config", "storage_path"), CREDENTIALS_MESSAGE,
                                     CREDENTIALS_HINT))
-    problems += _images_problems(doc, data, base)
+    problems += images.problems(doc, data, base)
     for name, dataset in (data.get("datasets") or {}).items():
         path = dataset["path"]
         problems += _format_problems(doc, name, dataset)
@@ -257,7 +170,7 @@ def _path_problems(doc: Document, data: dict[str, Any], base: Path, working_dir:
         elif not is_uri(path) and not holds(local(base, path)):
             problems.append(doc.problem(("datasets", name, "path"), f"'{path}' does not exist "
                                         f"(relative paths start at {base})"))
-        elif not is_uri(path) and name in LABELLED and dataset.get("format") != IMAGES:
+        elif not is_uri(path) and name in LABELLED and dataset.get("format") != images.IMAGES:
             problems += _label_problems(doc, data, name, dataset, local(base, path))
     return problems
 

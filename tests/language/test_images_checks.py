@@ -239,3 +239,16 @@ def test_a_flat_or_empty_folder_is_named_before_the_run(tmp_path, capsys):
     assert code == 1 and len(errors) == 2
     assert " datasets.train.path: 'flat/000.png' is not in a class folder" in errors[0]
     assert " datasets.valid.path: 'empty' holds no image files" in errors[1]
+
+
+def test_classes_the_train_split_lacks_and_a_wrong_class_count(tmp_path, tree, capsys):
+    write_image_folder(tmp_path / "images" / "other", ["bird", "cat"], 1, size=8)
+    path = write(tmp_path, model={"name": "cnn", "num_classes": 10},
+                 datasets={"train": {"format": "images", "path": "images/train"},
+                           "valid": {"format": "images", "path": "images/other"}})
+    code, errors = validate(path, capsys)
+    assert code == 1 and len(errors) == 2, errors
+    assert " datasets.valid.path: class folder(s) 'bird' that datasets.train lacks (it has: " \
+           "cat, dog)" in errors[0]
+    assert f"{path}:{line_of(path, 'num_classes')}: model.num_classes: num_classes is 10, but " \
+           "datasets.train has 2 class folders (cat, dog)" in errors[1]
