@@ -74,7 +74,7 @@ def test_a_keras_sweep_is_tuned_tracked_and_predicted(trained, tmp_path, capsys,
         assert [m.step for m in mlflow.get_metric_history(child.info.run_id, "accuracy")] == [1, 2]
 
     # `results` reads the sweep as it reads torch's
-    assert main(["results", str(tf_run.path), "--format", "json"]) == 0
+    assert main(["results", summary["name"], "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["metrics"] == summary["metrics"]
 
     # predicted from the experiment file: its latest run (the sweep), its best checkpoint
