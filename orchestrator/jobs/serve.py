@@ -159,6 +159,8 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
     if spec.cluster is not None:
         cluster = recorded_cluster(state, name=spec.cluster.name, file=spec.cluster.path)
     checkpoint = checkpoint_of(spec, state)
+    if cluster is None:
+        _gradio_here(spec)
     token, token_file, made = _token(spec, state)
     digest = hashlib.sha256(token.encode()).hexdigest() if token else None
     demo = _demo_secret(spec, state, token is not None)
@@ -195,7 +197,17 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
         "deployed_at": time.time()})
     return Served(spec.name, url, status, checkpoint, changed, token if made else None,
                   token_file, cluster.name if cluster else None,
-                  demo=f"{url}/demo" if spec.document.get("demo") else None)
+                  demo=f"{url}/demo/" if spec.document.get("demo") else None)
+
+
+def _gradio_here(spec: ServiceSpec) -> None:
+    """The embedded Ray's replicas run with this Python: the demo page needs Gradio in it."""
+    import importlib.util
+
+    if spec.document.get("demo") and importlib.util.find_spec("gradio") is None:
+        raise _problem(spec, ("demo",), "the demo page is a Gradio app, and Gradio is not "
+                       "installed in this Python (the embedded Ray's replicas run with it)",
+                       "pip install 'orchestrate-ray[demo]'")
 
 
 def _token(spec: ServiceSpec, state: State) -> tuple[str | None, str | None, bool]:

@@ -1,5 +1,5 @@
 """`orchestrate demo NAME`: a served model's demo page (`demo: true` in its service file;
-`workload.demo_page`) in a browser, signed in, until Ctrl-C.
+`workload.demo_app`, a Gradio app) in a browser, signed in, until Ctrl-C.
 
     show(name, state, browser=..., progress=..., ready=...)
 
@@ -30,7 +30,7 @@ from ..util import http, listeners
 from ..util.progress import Progress
 from . import serve
 
-PAGE = "/demo"
+PAGE = "/demo/"   # Gradio's page asks for its parts relative to its address
 CHECK_EVERY = 2.0   # seconds between asks whether the service still answers
 GIVE_UP_AFTER = 10.0   # seconds of failed asks in a row (a reload, a blip on the forward)
 

@@ -52,22 +52,18 @@ READS = frozenset({"GET", "HEAD"})
 ROUTES: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
     (frozenset(methods.split()), re.compile(pattern)) for methods, pattern in (
         ("GET HEAD", r"/"),                                  # the page
-        ("GET", r"/config/?"),                               # its blocks
+        ("GET", r"/config/?"),                               # its blocks, asked again on reload
         ("GET", r"/assets/[A-Za-z0-9._/-]+"),                # its script and style (the wheel's)
-        ("GET", r"/static/[A-Za-z0-9._/-]+"),                # the wheel's fonts and images
-        ("GET", r"/favicon\.ico"),
-        ("GET", r"/theme\.css"), ("GET", API + r"/theme\.css"),
-        ("GET", API + r"/info/?"),                           # the page's endpoints (read only)
-        ("GET", API + r"/startup-events"),
+        ("GET", r"/static/[A-Za-z0-9._/-]+"),                # the wheel's other files
+        ("GET", r"/theme\.css"),
         ("POST", API + r"/queue/join"),                      # a predict (behind the same origin)
         ("GET", API + r"/queue/data"),                       # its answer, streamed
-        ("GET", API + r"/queue/status"),
-        ("GET", API + r"/heartbeat/[A-Za-z0-9_-]+"),
-        ("POST", API + r"/cancel"), ("POST", API + r"/reset/?"),
-        ("POST", API + r"/upload"),                          # an image (max MAX_UPLOAD)
+        ("GET", API + r"/heartbeat/[A-Za-z0-9_-]+"),         # the page's session, while open
+        ("POST", API + r"/upload"),                          # an image (MAX_UPLOAD at most)
         ("GET", API + r"/upload_progress"),
         ("GET HEAD", API + r"/file=.+"),                     # it shown back (Gradio's cache only)
     ))
+NO_ROUTE = {"error": "not a route of the demo page"}
 
 
 def allowed(method: str, path: str) -> bool:
@@ -180,7 +176,7 @@ class Gate:
             answer = RedirectResponse(demo_page.PAGE_PATH.rsplit("/", 1)[-1] + "/",
                                       status_code=307)
         elif not allowed(method, path):
-            answer = JSONResponse({"detail": "Not Found"}, status_code=404)
+            answer = JSONResponse(NO_ROUTE, status_code=404)
         elif self.problem is not None:
             answer = JSONResponse({"error": self.problem}, status_code=503)
         elif self.app is None:
@@ -271,7 +267,7 @@ def image_blocks(card: dict[str, Any], checkpoint: str, predict: Predict) -> Any
     model's input by the replica, and its top classes."""
     import gradio as gr
 
-    from . import rows  # type: ignore[attr-defined]  # the image rows' reader
+    from . import rows
 
     with gr.Blocks(title=f"{card.get('experiment')}: try the model",
                    analytics_enabled=False) as blocks:
@@ -280,13 +276,16 @@ def image_blocks(card: dict[str, Any], checkpoint: str, predict: Predict) -> Any
             image = gr.Image(type="numpy", image_mode="RGB", label="image", elem_id="image",
                              sources=["upload"])
             output = gr.Label(label="prediction", elem_id="label",
-                              num_top_classes=demo_page.TOP_CLASSES)
+                              num_top_classes=rows.TOP_CLASSES)
         button = gr.Button("Predict", variant="primary", elem_id="predict")
 
         async def answer(pixels: Any) -> Any:
             if pixels is None:
                 raise gr.Error("Upload an image first.")
-            predicted = await predict(rows.image_rows({"image": pixels.tolist()}, card))
+            try:
+                predicted = await predict(rows.image_rows(pixels, card))
+            except ValueError as exc:
+                raise gr.Error(str(exc)) from None
             return scores(card, predicted[0])
 
         button.click(answer, image, output, api_name="predict", api_visibility="private")

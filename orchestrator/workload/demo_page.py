@@ -34,7 +34,6 @@ LIFETIME = 12 * 3600   # seconds a sign-in lasts, from the link's opening
 # a cookie whose expiry lies further ahead than LIFETIME was not made by `cookie_header`; the
 # margin is for a clock on the cluster behind this machine's
 CLOCK_MARGIN = 3600
-TOP_CLASSES = 5   # an image model's classes shown, best first (gr.Label's num_top_classes)
 
 
 def cookie_path(route: str) -> str:

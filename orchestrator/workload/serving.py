@@ -110,11 +110,11 @@ def build(args: dict[str, Any]) -> Any:
 
             predictor = self.predictor
             assert predictor is not None  # healthz and predict answer 503 before
-            rows = plain(predictor(frames[0] if len(frames) == 1 else
-                                   pd.concat(frames, ignore_index=True)))
+            predicted = plain(predictor(frames[0] if len(frames) == 1 else
+                                        pd.concat(frames, ignore_index=True)))
             answers, start = [], 0
             for frame in frames:
-                answers.append(rows[start:start + len(frame)])
+                answers.append(predicted[start:start + len(frame)])
                 start += len(frame)
             return answers
 

@@ -1,11 +1,12 @@
-"""The demo page (`demo: true`) as a user meets it: `orchestrate demo NAME` run as a command, its
-one-time link opened in Debian's headless Chromium, the page's own form or file input used, and
-what it shows held to `POST {route}/predict` for the same input. Used by test_serve.py (the
-session's XGBoost run) and test_predict.py (a small ViT), on the Serve applications those tests
-deploy anyway."""
+"""The demo page (`demo: true`, a Gradio app) as a user meets it: `orchestrate demo NAME` run as
+a command, its one-time link opened in Debian's headless Chromium, the page's own form or image
+upload used, and what its label shows held to `POST {route}/predict` for the same input. Used by
+test_demo_page.py (the page without Ray), test_serve.py (the session's XGBoost run) and
+test_predict.py (a small ViT), on the Serve applications those tests deploy anyway."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +25,14 @@ from tests.helpers import chromium, read_json_object, stop
 SHOTS = Path(os.environ.get("ORCHESTRATE_TEST_ARTIFACTS",
                             Path(__file__).resolve().parents[2] / "test-artifacts"))
 
-SHOWN = """
-const rows = [...document.querySelectorAll('.class-row')];
-return {prediction: document.getElementById('prediction').dataset.value,
-        classes: rows.map(r => [JSON.parse(r.dataset.class), Number(r.dataset.probability)])};
+# Each form field's value by its elem_id (`demo_app.element_id`).
+FIELDS = """
+const fields = {};
+for (const block of document.querySelectorAll('[id^="field-"]')) {
+  const input = block.querySelector('input, textarea');
+  if (input) fields[block.id] = input.value;
+}
+return fields;
 """
 
 
@@ -40,7 +46,7 @@ def status_of(url: str, headers: dict[str, str] | None = None, method: str = "GE
         return int(exc.code)
 
 
-def wait_for(driver: Any, script: str, timeout: float = 60) -> Any:
+def wait_for(driver: Any, script: str, timeout: float = 90) -> Any:
     """The value of `script` in the page once it is truthy; AssertionError with the page's text."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -52,22 +58,64 @@ def wait_for(driver: Any, script: str, timeout: float = 60) -> Any:
                          f"{driver.find_element('tag name', 'body').text[:2000]}")
 
 
-def answered(driver: Any, count: int) -> dict[str, Any]:
-    """What the page shows once its `count`-th prediction came back."""
-    wait_for(driver, f"return document.getElementById('status').dataset.done === '{count}' "
-                     f"|| document.getElementById('status').className.includes('error')")
-    status = driver.find_element("id", "status")
-    assert "error" not in (status.get_attribute("class") or ""), status.text
-    return driver.execute_script(SHOWN)  # type: ignore[no-any-return]
+def label_of(driver: Any) -> dict[str, float]:
+    """gr.Label's classes and confidences (0..1) as shown, once it shows a prediction."""
+    text = wait_for(driver, """
+        const label = document.getElementById('label');
+        return label && label.innerText.includes('%') ? label.innerText : null;""")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    shown: dict[str, float] = {}
+    for name, value in zip(lines, lines[1:], strict=False):
+        if value.endswith("%") and not name.endswith("%") and name != "prediction":
+            shown[name] = round(float(value.rstrip("%")) / 100, 4)
+    return shown
 
 
-def same_answer(shown: dict[str, Any], predicted: dict[str, Any], top: int | None = None) -> None:
-    """The page's prediction and class probabilities are the API's, digit for digit."""
-    assert json.loads(shown["prediction"]) == predicted["prediction"]
-    scores = sorted(((v, int(k.removeprefix("probability_"))) for k, v in predicted.items()
-                     if k.startswith("probability_")), reverse=True)
-    expected = [[name, p] for p, name in scores[:top]]
-    assert shown["classes"] == expected
+def fields_of(driver: Any) -> dict[str, str]:
+    """Each form field's value by its elem_id, once the form is there."""
+    wait_for(driver, "return document.getElementById('predict')")
+    return driver.execute_script(FIELDS)  # type: ignore[no-any-return]
+
+
+def predict_with(driver: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """The form's fields set to `values` (the others as prefilled), typed in as a person would,
+    Predict clicked; the fields as they were and the label it then shows."""
+    from orchestrator.workload.demo_app import element_id
+
+    fields = fields_of(driver)
+    for column, value in values.items():
+        box = driver.find_element("css selector", f'#{element_id(column)} input, '
+                                                  f'#{element_id(column)} textarea')
+        box.clear()
+        box.send_keys(str(value))
+    driver.find_element("id", "predict").click()
+    return {"fields": fields, "label": label_of(driver)}
+
+
+def same_answer(shown: dict[str, float], predicted: dict[str, Any], top: int | None = None) -> None:
+    """The label's classes and percentages are the API's probabilities, as gr.Label rounds
+    them (whole percents)."""
+    scores = sorted(((v, k.removeprefix("probability_")) for k, v in predicted.items()
+                     if k.startswith("probability_")), reverse=True)[:top]
+    assert list(shown) == [name for _, name in scores], (shown, scores)
+    for value, name in scores:
+        assert abs(shown[name] - value) <= 0.005 + 1e-9, (name, shown[name], value)
+
+
+def loopback_only(driver: Any) -> list[str]:
+    """Every URL the browser asked for (Chromium's performance log) went to loopback; those
+    URLs."""
+    asked = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            asked.append(message["params"]["request"]["url"])
+    web = [u for u in asked if urllib.parse.urlsplit(u).scheme in ("http", "https", "ws", "wss")]
+    assert web, asked
+    for url in web:
+        host = urllib.parse.urlsplit(url).hostname or ""
+        assert host == "localhost" or ipaddress.ip_address(host).is_loopback, url
+    return web
 
 
 @contextlib.contextmanager
@@ -83,19 +131,20 @@ def signed_in(name: str, token: str | None, profile: Path) -> Iterator[tuple[Any
         report = read_json_object(process)
         assert report["browser"] == "--no-browser" and report["service"] == name
         assert report["sign_in_url"].startswith("http://127.0.0.1:")
+        assert report["url"].endswith("/demo/")
         with chromium(profile) as driver:
             driver.get(report["sign_in_url"])
-            wait_for(driver, "return document.getElementById('input')"
-                             " && document.getElementById('input').children.length > 0")
+            wait_for(driver, "return document.getElementById('predict')")
             assert driver.current_url == report["url"]
-            # the cookie is HttpOnly: the page's scripts cannot read the token
+            # the cookie is HttpOnly: the page's scripts cannot read it; the token is nowhere
             assert token is not None and token not in driver.execute_script(
-                "return document.cookie")
+                "return document.cookie") and token not in driver.page_source
             (cookie,) = driver.get_cookies()
             assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
             assert cookie["name"] == "orchestrate-demo" and token not in cookie["value"]
-            assert cookie["path"] == "/" + report["url"].split("/", 3)[3]   # the page's only
+            assert cookie["path"] == "/" + report["url"].split("/", 3)[3].rstrip("/")
             yield driver, report
+            loopback_only(driver)
     finally:
         out, err = stop(process, signal.SIGTERM)
     assert process.returncode == 143, err
@@ -105,16 +154,16 @@ def signed_in(name: str, token: str | None, profile: Path) -> Iterator[tuple[Any
 def refused(url: str, name: str, sign_in_url: str, profile: Path) -> None:
     """A browser without the token: the page answers 401 with a note on signing in; the link
     spent by the first browser does not sign it in."""
-    assert status_of(url + "/demo") == 401
+    assert status_of(url + "/demo/") == 401
     with chromium(profile) as fresh:
-        fresh.get(url + "/demo")
+        fresh.get(url + "/demo/")
         text = fresh.find_element("tag name", "body").text
         assert f"orchestrate demo {name}" in text and "not signed in" in text
-        assert not fresh.find_elements("id", "input")
+        assert not fresh.find_elements("id", "predict")
         fresh.get(sign_in_url)
         assert "used already" in fresh.find_element("tag name", "body").text
-        fresh.get(url + "/demo")
-        assert not fresh.find_elements("id", "input")
+        fresh.get(url + "/demo/")
+        assert not fresh.find_elements("id", "predict")
 
 
 def screenshot(driver: Any, name: str) -> Path:

@@ -1,8 +1,9 @@
 """The demo page's parts that need no Ray: the service file's switch, the cookie and who it lets
-in, the page's text, the model card's example row, and `orchestrate demo`'s sign-in against a
-stand-in service on loopback (the replica's own gate, `serving.page_refused` and
-`demo_authorized`, behind a plain HTTP server). The page in a browser, on Ray Serve:
-test_serve.py, test_predict.py."""
+in, the model card's example row, `orchestrate demo`'s sign-in against a stand-in service on
+loopback (the replica's own checks, `access.page_refused` and `demo_authorized`, behind a plain
+HTTP server), and the Gradio page itself in Chromium, signed in through the one-time link
+(`demo_server`: the replica's gate and page without Ray). Every route of the page's gate:
+test_demo_gate.py; the page on Ray Serve: test_serve.py, test_predict.py."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -10,8 +11,6 @@ import contextlib
 import hashlib
 import http.cookiejar
 import http.server
-import json
-import re
 import time
 import urllib.error
 import urllib.request
@@ -29,9 +28,12 @@ from orchestrator.reach.signin import SignIn
 from orchestrator.render import service
 from orchestrator.state import demo_key, service_key
 from orchestrator.util.http import DIRECT
-from orchestrator.workload import demo_page, serving
+from orchestrator.workload import access, demo_page
+from orchestrator.workload.access import authorized, demo_authorized
 from orchestrator.workload.card import example_row
-from orchestrator.workload.serving import authorized, demo_authorized
+from tests.helpers import chromium
+
+from . import demo_server
 
 TOKEN, SECRET = "s3cret-api-token", "d" * 64
 DIGEST = hashlib.sha256(TOKEN.encode()).hexdigest()
@@ -93,80 +95,46 @@ def test_the_cookie_is_an_expiring_mac_of_the_pages_secret_for_the_page_only():
 
 def test_who_the_cookie_lets_in():
     signed_in = {"cookie": cookie(SECRET)}
-    script = {**signed_in, demo_page.HEADER: "1"}
     bearer = {"authorization": f"Bearer {TOKEN}"}
     assert authorized(bearer, ON) and demo_authorized(bearer, ON)
-    assert demo_authorized(signed_in, ON, page=True)          # the page: a navigation
-    assert demo_authorized(script, ON)                        # its script's predict
-    assert not demo_authorized(signed_in, ON)   # its predict with the cookie alone: another
-    # origin's form or script could make it (SameSite does not tell ports apart)
-    assert not authorized(script, ON)           # the API takes the token only
+    assert demo_authorized(signed_in, ON)          # the page and its routes (the gate checks
+    assert not authorized(signed_in, ON)           # where a request comes from); never the API
     assert not authorized({"authorization": f"Bearer {SECRET}"}, ON)   # the secret is no token
-    assert not demo_authorized({"authorization": f"Bearer {SECRET}"}, ON, page=True)
-    assert not demo_authorized({"cookie": cookie("e" * 64), demo_page.HEADER: "1"}, ON,
-                               page=True)
+    assert not demo_authorized({"authorization": f"Bearer {SECRET}"}, ON)
+    assert not demo_authorized({"cookie": cookie("e" * 64)}, ON)
     again = {**ON, "demo_sha256": hashlib.sha256(b"another secret").hexdigest()}
-    assert not demo_authorized(script, again, page=True)   # served again with a new secret
+    assert not demo_authorized(signed_in, again)   # served again with a new secret
     off = {**ON, "demo": False}   # with the page off, the cookie is worth nothing
-    assert not demo_authorized(script, off) and not demo_authorized(signed_in, off, page=True)
-    assert authorized(bearer, off) and not demo_authorized(bearer, off, page=True)
-    assert demo_authorized({}, {"auth": "none", "demo": True}, page=True)
-    assert not demo_authorized(script, {"demo": True})     # fails closed, as the token check
-    assert not demo_authorized(script, {**ON, "demo_sha256": None}, page=True)
+    assert not demo_authorized(signed_in, off)
+    assert authorized(bearer, off) and not demo_authorized(bearer, off)
+    assert demo_authorized({}, {"auth": "none", "demo": True})
+    assert not demo_authorized(signed_in, {"demo": True})     # fails closed, as the token check
+    assert not demo_authorized(signed_in, {**ON, "demo_sha256": None})
     # a cookie holding the API token itself, or the page's secret itself, lets no one in
     for raw in (TOKEN, SECRET, DEMO_DIGEST):
-        held = {"cookie": f"{demo_page.COOKIE}={raw}", demo_page.HEADER: "1"}
-        assert not demo_authorized(held, ON, page=True) and not demo_authorized(held, ON)
+        assert not demo_authorized({"cookie": f"{demo_page.COOKIE}={raw}"}, ON)
 
 
 def test_a_sign_in_is_refused_once_expired_tampered_or_made_for_too_long():
     later = time.time() + demo_page.LIFETIME + 60   # the replica's clock, past the sign-in
-    expired = {"cookie": cookie(SECRET), demo_page.HEADER: "1"}
-    assert demo_authorized(expired, ON, page=True)
-    assert not demo_authorized(expired, ON, page=True, now=later)
+    expired = {"cookie": cookie(SECRET)}
+    assert demo_authorized(expired, ON)
     assert not demo_authorized(expired, ON, now=later)
-    assert "has expired" in serving.page_refused(expired, ON, "svc", now=later)
+    assert "has expired" in access.page_refused(expired, ON, "svc", now=later)
     value = cookie(SECRET).split("=", 1)[1]
     expiry, mac = value.split(".")
     # the expiry moved on, the MAC kept: tampered
     moved = {"cookie": f"{demo_page.COOKIE}={int(expiry) + 3600}.{mac}"}
-    assert not demo_authorized(moved, ON, page=True)
-    assert "is not for this service" in serving.page_refused(moved, ON, "svc")
+    assert not demo_authorized(moved, ON)
+    assert "is not for this service" in access.page_refused(moved, ON, "svc")
     # a MAC that is right for an expiry years on was not made by `orchestrate demo`
     far = int(time.time()) + 10 * 365 * 86400
     forged = {"cookie": f"{demo_page.COOKIE}={far}.{demo_page._mac(DEMO_DIGEST, far)}"}
-    assert not demo_authorized(forged, ON, page=True)
+    assert not demo_authorized(forged, ON)
     # one good cookie among bad ones (nested routes) lets in
     both = {"cookie": f"{moved['cookie']}; {cookie(SECRET)}"}
-    assert serving.page_refused(both, ON, "svc") is None
-    assert "not signed in" in serving.page_refused({}, ON, "svc")
-
-
-def test_the_page_holds_the_card_and_nothing_runs_but_its_own_script():
-    card = {"experiment": "x</script><script>alert(1)</script>", "trainer": "xgboost",
-            "model": None, "required_columns": ["a", "b"], "column_kinds": {"a": "integer"},
-            "example": {"a": 3, "b": None}, "class_names": [0, 1], "task": "classification",
-            "image": False}
-    text = demo_page.page(card, "/runs/r/checkpoint_000004/", "svc", "N0NCE")
-    assert "<script>alert" not in text and "&lt;/script&gt;" in text
-    assert re.findall(r"<script[^>]*>", text) == ['<script type="application/json" id="settings">',
-                                                  '<script nonce="N0NCE">']
-    data = json.loads(re.search(r'id="settings">(.*?)</script>', text, re.S)[1])
-    assert data["columns"] == [{"name": "a", "kind": "integer", "example": 3},
-                               {"name": "b", "kind": "number", "example": None}]
-    assert data["checkpoint"] == "checkpoint_000004" and not data["image"]
-    assert "const row = Object.create(null);" in text   # a column named __proto__ is kept
-    assert 'fetch(location.pathname.replace(/[/]+$/, "") + "/predict"' in text   # demo/predict
-    assert not re.search(r"(src|href)=|//|@import|url\(", re.sub(r"\n\s*//[^\n]*|\s//[^\n]*",
-                                                                  "", text))   # no asset at all
-    policy = demo_page.security_headers("N0NCE")["Content-Security-Policy"]
-    assert "script-src 'nonce-N0NCE'" in policy and "connect-src 'self'" in policy
-    assert "frame-ancestors 'none'" in policy
-    image = {"experiment": "v", "trainer": "torch", "model": {"name": "vit", "args": {}},
-             "required_columns": ["image"], "class_names": list(range(10)), "image": True}
-    assert demo_page.settings(image, "/c", "svc")["image_size"] == 224   # the ViT's default
-    note = demo_page.signed_out("svc", "Your browser is not signed in.")
-    assert "orchestrate demo svc" in note and "not signed in" in note
+    assert access.page_refused(both, ON, "svc") is None
+    assert "not signed in" in access.page_refused({}, ON, "svc")
 
 
 def test_the_card_keeps_the_first_row_and_the_kinds(tmp_path):
@@ -222,35 +190,6 @@ def test_the_sign_in_link_sets_the_pages_cookie_and_no_token(state):
         assert again.value.code == 410 and b"orchestrate demo svc" in again.value.read()
 
 
-class Replica(http.server.BaseHTTPRequestHandler):
-    """A stand-in for the Serve replica's demo routes, on loopback: the replica's own gate
-    (`serving.page_refused`, `demo_authorized`) with its user_config, and a page that says so."""
-    config: dict = {}
-
-    def answer(self, status: int, body: str) -> None:
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:  # noqa: N802
-        if self.path != "/svc/demo":
-            return self.answer(404, "")
-        note = serving.page_refused(self.headers, self.config, "svc")
-        return self.answer(401, note) if note is not None else self.answer(200, "the page")
-
-    def do_POST(self) -> None:  # noqa: N802
-        if self.path != "/svc/demo/predict":
-            return self.answer(404, "")
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        return self.answer(200, "predictions") if demo_authorized(self.headers, self.config) \
-            else self.answer(401, "missing or wrong token")
-
-    def log_message(self, *_: object) -> None:
-        return
-
-
 @contextlib.contextmanager
 def on_loopback(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     """`handler` answering on 127.0.0.1 (any port) in this process until the block ends."""
@@ -263,64 +202,82 @@ def on_loopback(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[s
             server.shutdown()   # serve_forever returns; the pool, then the socket, close
 
 
-def replica(secret: str) -> contextlib.AbstractContextManager[str]:
-    """The stand-in replica serving the page of `secret` as `orchestrate serve` configures it
-    (only the secret's SHA-256 in its config), at the URL it yields."""
-    Replica.config = {"auth": "token", "token_sha256": DIGEST, "demo": True,
-                      "demo_sha256": hashlib.sha256(secret.encode()).hexdigest()}
-    return on_loopback(Replica)
-
-
-def status(url: str, cookie_value: str | None = None, *, post: bool = False) -> tuple[int, str]:
+def status(url: str, cookie_value: str | None = None) -> tuple[int, str]:
     headers = {"Cookie": f"{demo_page.COOKIE}={cookie_value}"} if cookie_value else {}
-    if post:
-        headers[demo_page.HEADER] = "1"
-    request = urllib.request.Request(url, data=b"[]" if post else None, headers=headers)
     try:
-        with DIRECT.open(request, timeout=10) as answer:
+        with DIRECT.open(urllib.request.Request(url, headers=headers), timeout=30) as answer:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
 
 
+def signed_in_here(state, base: str) -> contextlib.AbstractContextManager[SignIn]:
+    """`orchestrate demo svc`'s one-time link for the page at `base`/svc/demo/."""
+    state.store.record_service("svc", {**state.store.service("svc"), "url": base + "/svc"})
+    return SignIn(base, "", landing="/svc" + serve_demo.PAGE,
+                  command="orchestrate demo svc",
+                  cookie=lambda: serve_demo.demo_cookie("svc", state))
+
+
 def test_a_browser_signed_in_by_the_link_gets_the_page_but_a_copied_secret_does_not(state):
-    """Over HTTP on loopback: the one-time link sets the cookie in a cookie jar (as a browser
-    keeps it, by its Path) and the redirect brings it to the page, which opens. The page's
-    secret itself as the cookie (what a leaked cookie held before: good forever) opens neither
-    the page nor its predict; nor does a sign-in expired, or tampered with."""
+    """Over HTTP on loopback, to the replica's gate and Gradio page (`demo_server`): the
+    one-time link sets the cookie in a cookie jar (as a browser keeps it, by its Path) and the
+    redirect brings it to the page, which opens. The page's secret itself as the cookie (what a
+    leaked cookie held before: good forever) does not open it; nor does a sign-in expired, or
+    tampered with."""
     served(state)
     secret = state.secrets.read(demo_key("svc"))
-    raw = {"cookie": f"{demo_page.COOKIE}={secret}", demo_page.HEADER: "1"}
-    assert not demo_authorized(raw, {**ON, "demo_sha256": hashlib.sha256(secret.encode())
-                                     .hexdigest()}, page=True)
-    with replica(secret) as base:
-        state.store.record_service("svc", {**state.store.service("svc"), "url": base + "/svc"})
+    auth = {**ON, "demo_sha256": demo_page.mac_key(secret)}
+    with demo_server.serving(auth=auth) as page:
+        base = page.base.removesuffix("/svc")
         jar = http.cookiejar.CookieJar()
         browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar),
                                               urllib.request.ProxyHandler({}))
-        with SignIn(base, "", landing="/svc/demo", command="orchestrate demo svc",
-                    cookie=lambda: serve_demo.demo_cookie("svc", state)) as signin, \
-                browser.open(signin.url, timeout=10) as page:   # 303, then the page
-            assert page.status == 200 and page.read() == b"the page"
+        with signed_in_here(state, base) as signin, \
+                browser.open(signin.url, timeout=30) as opened:   # 303, then the page
+            assert opened.status == 200 and b"gradio" in opened.read().lower()
+            assert opened.url == base + "/svc/demo/"
         [kept] = list(jar)
         assert kept.name == demo_page.COOKIE and kept.path == "/svc/demo" and not kept.expires
         assert secret not in kept.value
-        assert status(base + "/svc/demo", kept.value) == (200, "the page")
-        assert status(base + "/svc/demo/predict", kept.value, post=True) == (200, "predictions")
+        assert status(base + "/svc/demo/config", kept.value)[0] == 200
 
-        code, note = status(base + "/svc/demo", secret)   # the secret itself: refused
-        assert code == 401 and "orchestrate demo svc" in note and "the page" not in note
-        assert status(base + "/svc/demo/predict", secret, post=True)[0] == 401
+        code, note = status(base + "/svc/demo/", secret)   # the secret itself: refused
+        assert code == 401 and "orchestrate demo svc" in note and "gradio" not in note.lower()
+        assert status(base + "/svc/demo/config", secret)[0] == 401
         expired = demo_page.cookie_value(secret, now=time.time() - demo_page.LIFETIME - 60)
-        code, note = status(base + "/svc/demo", expired)
+        code, note = status(base + "/svc/demo/", expired)
         assert code == 401 and "has expired" in note and "orchestrate demo svc" in note
-        assert status(base + "/svc/demo/predict", expired, post=True)[0] == 401
         expiry, mac = kept.value.split(".")
         tampered = f"{expiry}.{mac[:-1]}{'0' if mac[-1] != '0' else '1'}"
-        assert status(base + "/svc/demo", tampered)[0] == 401
-        assert status(base + "/svc/demo/predict", tampered, post=True)[0] == 401
+        assert status(base + "/svc/demo/config", tampered)[0] == 401
         other = demo_page.cookie_value("another secret")   # another page's sign-in
-        assert status(base + "/svc/demo", other)[0] == 401
+        assert status(base + "/svc/demo/", other)[0] == 401
+
+
+def test_the_page_in_chromium_signed_in_fills_the_form_and_shows_the_label(state, tmp_path):
+    """The Gradio page as a person meets it: the one-time link opened in Chromium, the form
+    prefilled from the card's example row, a row typed in, Predict, the label read; every
+    request the browser made went to loopback (Gradio's assets from its wheel, no fonts or
+    analytics from the internet); the screenshot is kept (test-artifacts/demo-gradio.png)."""
+    from .demo_browser import loopback_only, predict_with, screenshot
+
+    served(state)
+    secret = state.secrets.read(demo_key("svc"))
+    auth = {**ON, "demo_sha256": demo_page.mac_key(secret)}
+    with demo_server.serving(auth=auth) as page, chromium(tmp_path / "profile") as driver:
+        base = page.base.removesuffix("/svc")
+        with signed_in_here(state, base) as signin:
+            driver.get(signin.url)
+            shown = predict_with(driver, {"mean radius": 12.5})   # the example's is 17.99
+            assert driver.current_url == base + "/svc/demo/"
+        assert shown["fields"]["field-texture"] == "10"   # the example row's, kept
+        assert shown["label"] == {"0": 0.9, "1": 0.1}, shown   # the typed row's answer
+        (cookie,) = driver.get_cookies()
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert secret not in driver.page_source and TOKEN not in driver.page_source
+        loopback_only(driver)
+        screenshot(driver, "demo-gradio.png")
 
 
 def test_a_sign_in_whose_service_is_gone_answers_a_page(state):
