@@ -244,11 +244,11 @@ def test_vit_over_ray_data_then_on_image_parquet(local_ray, experiment, tmp_path
 
 
 def check_image_page(path: Path, image: object, tmp_path: Path, capsys) -> None:
-    """The ViT served with its demo page: a PNG uploaded in Chromium shows the top classes and
-    probabilities `POST predict` answers for the same pixels."""
+    """The ViT served with its demo page: a PNG uploaded to the Gradio page in Chromium shows
+    the top classes and confidences `POST predict` answers for the same pixels."""
     from PIL import Image
 
-    from .demo_browser import answered, refused, same_answer, screenshot, signed_in
+    from .demo_browser import label_of, refused, same_answer, screenshot, signed_in, wait_for
     from .test_serve import call, serve_json, write_service
 
     service = write_service(tmp_path, "vit", model={"experiment": str(path)}, demo=True,
@@ -261,9 +261,11 @@ def check_image_page(path: Path, image: object, tmp_path: Path, capsys) -> None:
     png = tmp_path / "valid-0.png"
     Image.fromarray(pixels).save(png)
     with signed_in("vit", token, tmp_path / "profile-a") as (driver, report):
-        assert "32×32" in driver.find_element("id", "input").text
-        driver.find_element("id", "image").send_keys(str(png))
-        shown = answered(driver, 1)
+        wait_for(driver, "return document.querySelector('#image input[type=file]')")
+        driver.find_element("css selector", "#image input[type=file]").send_keys(str(png))
+        wait_for(driver, "return document.querySelector('#image img')")   # uploaded, shown
+        driver.find_element("id", "predict").click()
+        shown = label_of(driver)
         status, answer = call(url + "/predict", [{"image": pixels.tolist()}], token=token)
         assert status == 200, answer
         same_answer(shown, answer["predictions"][0], top=5)

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.state import State, demo_key
-from orchestrator.workload.demo_page import HEADER, cookie_header
+from orchestrator.workload.demo_page import cookie_header
 from tests.moto_server import aws_env, make_bucket, moto_server  # noqa: F401 - fixtures
 
 from .conftest import MLP, TABLE
@@ -96,11 +96,11 @@ def test_a_run_on_s3_storage_trains_predicts_and_serves(aws_env, experiment, dat
         assert status == 200 and len(answer["predictions"]) == 3, answer
         secret = State.here().secrets.read(demo_key("s3-cancer"))
         cookie = cookie_header(secret, "/s3-cancer").split(";")[0]
-        page = urllib.request.Request(url + "/demo", headers={"Cookie": cookie})
-        with urllib.request.urlopen(page, timeout=60) as answered:
+        config = urllib.request.Request(url + "/demo/config", headers={"Cookie": cookie})
+        with urllib.request.urlopen(config, timeout=60) as answered:   # the Gradio page's form
             assert answered.status == 200 and "mean radius" in answered.read().decode()
-        asked = urllib.request.Request(url + "/demo/predict", data=json.dumps(rows[:1]).encode(),
-                                       headers={"Cookie": cookie, HEADER: "1",
+        asked = urllib.request.Request(url + "/predict", data=json.dumps(rows[:1]).encode(),
+                                       headers={"Authorization": f"Bearer {token}",
                                                 "Content-Type": "application/json"})
         with urllib.request.urlopen(asked, timeout=60) as answered:
             [first] = json.loads(answered.read())["predictions"]

@@ -19,9 +19,8 @@ import yaml
 from orchestrator.cli import main
 from orchestrator.state import State, demo_key
 from orchestrator.workload import demo_page
-from orchestrator.workload.demo_page import HEADER
 
-from .demo_browser import answered, refused, same_answer, screenshot, signed_in, status_of
+from .demo_browser import predict_with, refused, same_answer, screenshot, signed_in, status_of
 from .test_predict import card_of
 
 
@@ -74,7 +73,7 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     assert code == 0, err
     url, token = served["url"], served["token"]
     assert served["status"] == "RUNNING" and served["checkpoint"] == result["best_checkpoint"]
-    assert served["demo"] == url + "/demo"
+    assert served["demo"] == url + "/demo/"
     token_file = Path(served["token_file"])
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     assert token_file.read_text().strip() == token
@@ -148,10 +147,9 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     assert code == 0 and updated["changed"], err
     assert Counter(codes) == Counter({200: len(codes)})
     # the new file asks for no page: none served (its routes answer as any unknown one)
-    assert status_of(url + "/demo") == 404
-    page_cookie = {"Cookie": demo_page.cookie_header(secret, "/cancer").split(";")[0],
-                   HEADER: "1"}
-    assert status_of(url + "/demo/predict", page_cookie, method="POST") == 404
+    assert status_of(url + "/demo/") == 404
+    page_cookie = {"Cookie": demo_page.cookie_header(secret, "/cancer").split(";")[0]}
+    assert status_of(url + "/demo/config", page_cookie) == 404
     assert not demo_file.exists()   # on again: a new secret, the old cookie lets no one in
     status, metadata = call(url + "/metadata", token=token)
     assert status == 200 and metadata["checkpoint"] == checkpoints[0]
@@ -164,7 +162,7 @@ def test_serve_update_and_unserve(trained, local_ray, tmp_path, capsys, monkeypa
     code, second, err = serve_json(capsys, other)
     assert code == 0, err
     assert call(second["url"] + "/predict", rows[:1])[0] == 200  # auth: none
-    assert status_of(second["url"] + "/demo") == 200   # auth: none, the page open to all
+    assert status_of(second["url"] + "/demo/") == 200   # auth: none, the page open to all
     clash = write_service(tmp_path, "clash", model={"checkpoint": checkpoints[-1]},
                           route_prefix="/other")
     assert main(["serve", str(clash)]) == 1
@@ -191,41 +189,42 @@ def check_table_page(url: str, token: str, secret: str, card: dict, frame: pd.Da
     first = frame.iloc[0]
     assert card["example"] == {c: first[c].item() for c in features}
     assert card["column_kinds"] == dict.fromkeys(features, "number")
-    # the page's script asks its predict with the cookie and its header; the cookie alone does
-    # not do, nor does it open the API, nor is the page's secret a token
+    # the cookie opens the page's routes, never the API; a page of another origin (another
+    # port of 127.0.0.1 gets the cookie too) cannot call predict; the page's secret is no token
     cookie = {"Cookie": demo_page.cookie_header(secret, "/cancer").split(";")[0]}
-    # (in, and refused for its body only: `[]` has none of the columns)
-    assert status_of(url + "/demo/predict", {**cookie, HEADER: "1"}, method="POST") == 400
-    assert status_of(url + "/demo/predict", cookie, method="POST") == 401
-    assert status_of(url + "/predict", {**cookie, HEADER: "1"}, method="POST") == 401
-    assert status_of(url + "/metadata", {**cookie, HEADER: "1"}) == 401
+    host = url.split("/")[2]
+    assert status_of(url + "/demo/config", cookie) == 200
+    assert status_of(url + "/demo/gradio_api/queue/join", cookie, method="POST") == 403
+    assert status_of(url + "/demo/gradio_api/queue/join",
+                     {**cookie, "Origin": "http://127.0.0.1:1"}, method="POST") == 403
+    assert status_of(url + "/demo/gradio_api/run/predict",
+                     {**cookie, "Origin": f"http://{host}"}, method="POST") == 404
+    assert status_of(url + "/predict", cookie, method="POST") == 401
+    assert status_of(url + "/metadata", cookie) == 401
     # the page's secret itself is no sign-in (a cookie leaked once would open the page for good)
-    raw = {"Cookie": f"orchestrate-demo={secret}", HEADER: "1"}
-    assert status_of(url + "/demo", raw) == 401
-    assert status_of(url + "/demo/predict", raw, method="POST") == 401
+    raw = {"Cookie": f"orchestrate-demo={secret}"}
+    assert status_of(url + "/demo/", raw) == 401
+    assert status_of(url + "/demo/config", raw) == 401
     assert status_of(url + "/predict", {"Authorization": f"Bearer {secret}"}, method="POST") == 401
     assert status_of(url + "/sign-in", {"Authorization": f"Bearer {token}"}, method="POST") == 404
 
     with signed_in("cancer", token, tmp_path / "profile-a") as (driver, report):
-        assert report["url"] == url + "/demo"
-        fields = driver.find_elements("css selector", "#input input")
-        assert [f.get_attribute("name") for f in fields] == features
-        assert [float(f.get_attribute("value")) for f in fields] == [first[c] for c in features]
+        assert report["url"] == url + "/demo/"
         # a row the model answers otherwise than the example: what is shown is the typed row's
         _, some = call(url + "/predict", frame[features].head(40).to_dict(orient="records"),
                        token=token)
         index = next(i for i, p in enumerate(some["predictions"])
                      if p["prediction"] != some["predictions"][0]["prediction"])
         row = frame.iloc[index]
-        for field in fields:   # typed in, as a person would
-            field.clear()
-            field.send_keys(repr(row[field.get_attribute("name")].item()))
-        driver.find_element("id", "submit").click()
-        shown = answered(driver, 1)
+        shown = predict_with(driver, {c: repr(row[c].item()) for c in features})
+        from orchestrator.workload.demo_app import element_id
+
+        assert [float(shown["fields"][element_id(c)]) for c in features] == \
+            [first[c] for c in features]   # prefilled from the example row
         status, answer = call(url + "/predict", [{c: row[c].item() for c in features}],
                               token=token)
         assert status == 200, answer
-        same_answer(shown, answer["predictions"][0])
+        same_answer(shown["label"], answer["predictions"][0])
         screenshot(driver, "demo-table.png")
         refused(url, "cancer", report["sign_in_url"], tmp_path / "profile-b")
 
