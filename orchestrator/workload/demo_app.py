@@ -44,6 +44,7 @@ MISSING = ("the demo page needs Gradio where the service runs: install orchestra
            "(gradio=={version}) in the cluster's Python")
 GRADIO_VERSION = "6.31.0"   # the `[demo]` extra's pin: ROUTES was read against this release
 MAX_UPLOAD = "10mb"
+FIELDS_PER_ROW = 3
 API = "/gradio_api"
 READS = frozenset({"GET", "HEAD"})
 
@@ -235,7 +236,11 @@ def table_blocks(card: dict[str, Any], checkpoint: str, predict: Predict) -> Any
         gr.Markdown(f"## Try the model\n{title(card, checkpoint)}")
         with gr.Row():
             with gr.Column(scale=3):
-                inputs = [field(gr, name, kind, value) for name, kind, value in fields]
+                inputs = []
+                for start in range(0, len(fields), FIELDS_PER_ROW):   # a long form stays short
+                    with gr.Row():
+                        inputs += [field(gr, name, kind, value)
+                                   for name, kind, value in fields[start:start + FIELDS_PER_ROW]]
                 button = gr.Button("Predict", variant="primary", elem_id="predict")
             with gr.Column(scale=2):
                 output = gr.Label(label="prediction", elem_id="label") if classes else \

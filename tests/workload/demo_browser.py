@@ -169,6 +169,7 @@ def refused(url: str, name: str, sign_in_url: str, profile: Path) -> None:
 def screenshot(driver: Any, name: str) -> Path:
     SHOTS.mkdir(parents=True, exist_ok=True)
     shot = SHOTS / name
+    driver.execute_script("window.scrollTo(0, 0)")
     driver.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
     return shot
