@@ -158,9 +158,9 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
     cluster = None
     if spec.cluster is not None:
         cluster = recorded_cluster(state, name=spec.cluster.name, file=spec.cluster.path)
-    checkpoint = checkpoint_of(spec, state)
     if cluster is None:
         _gradio_here(spec)
+    checkpoint = checkpoint_of(spec, state)
     token, token_file, made = _token(spec, state)
     digest = hashlib.sha256(token.encode()).hexdigest() if token else None
     demo = _demo_secret(spec, state, token is not None)

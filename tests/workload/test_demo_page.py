@@ -359,3 +359,17 @@ def test_demo_holds_on_through_a_blip_and_gives_up_on_a_gone_service():
 class NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *_: object) -> None:
         return None
+
+
+def test_serving_the_page_on_the_embedded_ray_without_gradio_says_which_extra(tmp_path, capsys,
+                                                                             monkeypatch):
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "gradio" else found(name, *a))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "svc.yaml").write_text("name: svc\nmodel: {run: run}\ndemo: true\n")
+    assert main(["serve", str(tmp_path / "svc.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "svc.yaml:3" in err and "orchestrate-ray[demo]" in err and "Traceback" not in err
