@@ -174,7 +174,8 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
         options = _http_options(details, url_host, spec, cluster)
         wanted = render.render_application(spec, checkpoint=checkpoint, token_sha256=digest,
                                            package_uri=serve.upload_package(),
-                                           demo_sha256=demo_digest)
+                                           demo_sha256=demo_digest,
+                                           working_dir_uri=_working_dir(spec, serve))
         owner = render.route_owner(routes(details), wanted)
         if owner:
             raise _problem(spec, ("route_prefix",), f"the route {spec.route_prefix} is served "
@@ -198,6 +199,17 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
     return Served(spec.name, url, status, checkpoint, changed, token if made else None,
                   token_file, cluster.name if cluster else None,
                   demo=f"{url}/demo/" if spec.document.get("demo") else None)
+
+
+def _working_dir(spec: ServiceSpec, serve: ServeClient) -> str:
+    """`demo: {app}`: the experiment's working_dir uploaded as a job's is (its excludes); the
+    placeholder otherwise (not rendered)."""
+    if not spec.demo_app or spec.experiment is None:
+        return render.WORKING_DIR_PLACEHOLDER
+    from ..render.experiment import ship
+
+    shipped = ship(spec.experiment)   # what a run of it ships: the same excludes
+    return serve.upload_working_dir(str(spec.experiment.working_dir), list(shipped.excludes))
 
 
 def _gradio_here(spec: ServiceSpec) -> None:

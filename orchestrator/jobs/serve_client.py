@@ -69,6 +69,20 @@ class ServeClient:
                              f"{str(exc).splitlines()[0][:300]}") from None
         return str(env["py_modules"][0])
 
+    def upload_working_dir(self, folder: str, excludes: list[str]) -> str:
+        """An experiment's working_dir in the cluster's GCS, as `ray job submit` uploads it;
+        its gcs:// URI (the user's own demo app is imported from it)."""
+        from .client import submission_client
+
+        env: dict[str, Any] = {"working_dir": folder, "excludes": excludes}
+        try:
+            client = submission_client(self.endpoint.address, self.endpoint.headers or None)
+            client._upload_working_dir_if_needed(env)  # the job client's own upload
+        except Exception as exc:  # noqa: BLE001 - as upload_package
+            raise ServeError(f"{self.endpoint.label}: uploading the working_dir {folder} "
+                             f"failed: {str(exc).splitlines()[0][:300]}") from None
+        return str(env["working_dir"])
+
     def wait(self, name: str, progress: Progress, *, gone: bool = False) -> str:
         """Until application `name` is RUNNING (each new status said once), or with `gone`
         until Serve no longer lists it ("DELETED"); ServeError when it failed to deploy or the

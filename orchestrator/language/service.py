@@ -9,7 +9,9 @@
     max_ongoing_requests: 32
     batching: {max_batch_size: 32, batch_wait_timeout_s: 0.01}
     auth: token                                   # default; `auth: none` must be explicit
-    demo: true                                    # a page at {route_prefix}/demo (default off)
+    demo: true                                    # a page at {route_prefix}/demo/ (default off)
+    # demo: {app: "demo:build"}                   # or your own Gradio Blocks from the
+                                                  # experiment's working_dir
 
 `model` names exactly one of `experiment` (its latest run recorded here; `checkpoint: best |
 latest`), `run` (a run folder or URI; the same choice) or `checkpoint` (a checkpoint folder or
@@ -46,6 +48,12 @@ class ServiceSpec:
     checkpoint: str                     # best | latest (of a run), or "" for a checkpoint folder
     cluster: ClusterSpec | None = None  # None: the embedded Ray
     doc: Document | None = field(repr=False, compare=False, default=None)
+
+    @property
+    def demo_app(self) -> str | None:
+        """`demo: {app: "module:function"}`: the user's own Gradio Blocks; None otherwise."""
+        demo = self.document.get("demo")
+        return str(demo["app"]) if isinstance(demo, dict) else None
 
 
 def _local(base: Path, value: str) -> str:
@@ -109,6 +117,10 @@ def build_service(doc: Document, path: Path, *, here: bool = True) -> ServiceSpe
                                     "not '/': its cookie would go to every web app on this host",
                                     "give a route_prefix such as /" + str(data["name"])))
     experiment, source, which, model_problems = _model(doc, base, here)
+    if isinstance(data.get("demo"), dict) and "experiment" not in data["model"]:
+        problems.append(doc.problem(("demo", "app"), "your own demo app is loaded from the "
+                                    "experiment's working_dir: the model must name an "
+                                    "experiment", "give model: {experiment: FILE}"))
     cluster, cluster_problems = cluster_of(doc, data, base, here)
     problems += model_problems + cluster_problems
     if experiment is not None and "cluster" not in data and experiment.cluster is not None:

@@ -15,6 +15,7 @@ from ..language.service import ServiceSpec
 
 DEFAULT_PORT = 8000
 PACKAGE_PLACEHOLDER = "<orchestrate's package, uploaded by `orchestrate serve`>"
+WORKING_DIR_PLACEHOLDER = "<the experiment's working_dir, uploaded by `orchestrate serve`>"
 
 
 def user_config(spec: ServiceSpec, checkpoint: str, token_sha256: str | None,
@@ -32,12 +33,15 @@ def user_config(spec: ServiceSpec, checkpoint: str, token_sha256: str | None,
         config["demo"] = True
         if demo_sha256:   # the page's own secret (not the token): its cookie (`demo_page`)
             config["demo_sha256"] = demo_sha256
+        if spec.demo_app:   # the user's own Blocks, from the working_dir the replica runs in
+            config["demo_app"] = spec.demo_app
     return config
 
 
 def render_application(spec: ServiceSpec, *, checkpoint: str, token_sha256: str | None,
                        package_uri: str = PACKAGE_PLACEHOLDER,
-                       demo_sha256: str | None = None) -> dict[str, Any]:
+                       demo_sha256: str | None = None,
+                       working_dir_uri: str = WORKING_DIR_PLACEHOLDER) -> dict[str, Any]:
     data = spec.document
     resources = data.get("resources_per_replica") or {}
     deployment: dict[str, Any] = {
@@ -54,10 +58,12 @@ def render_application(spec: ServiceSpec, *, checkpoint: str, token_sha256: str 
         deployment["autoscaling_config"] = dict(data["autoscaling"])
     else:
         deployment["num_replicas"] = data.get("replicas", 1)
+    runtime_env: dict[str, Any] = {"py_modules": [package_uri],
+                                   "env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}}
+    if spec.demo_app:   # `demo: {app}`: the user's module is imported from the working_dir
+        runtime_env["working_dir"] = working_dir_uri
     return {"name": spec.name, "route_prefix": spec.route_prefix,
-            "import_path": SERVE_IMPORT_PATH, "args": {},
-            "runtime_env": {"py_modules": [package_uri],
-                            "env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}},
+            "import_path": SERVE_IMPORT_PATH, "args": {}, "runtime_env": runtime_env,
             "deployments": [deployment]}
 
 

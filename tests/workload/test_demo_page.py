@@ -373,3 +373,69 @@ def test_serving_the_page_on_the_embedded_ray_without_gradio_says_which_extra(tm
     assert main(["serve", str(tmp_path / "svc.yaml")]) == 1
     err = capsys.readouterr().err
     assert "svc.yaml:3" in err and "orchestrate-ray[demo]" in err and "Traceback" not in err
+
+
+def test_the_users_own_app_is_checked_and_rendered_with_the_working_dir(tmp_path, capsys):
+    """`demo: {app: module:function}`: the form is checked where it is written; the app's name
+    reaches the replica and the working_dir (uploaded by `serve`) its runtime_env."""
+    (tmp_path / "run").mkdir()
+    for value, why in (('"demo.build"', "module:function"), ('"a b:c"', "module:function"),
+                       ("{}", "app"), ('{app: "x:y", other: 1}', "{app: module:function}")):
+        (tmp_path / "bad.yaml").write_text(f"name: svc\nmodel: {{run: run}}\ndemo:\n  app: "
+                                           f"{value}\n" if not value.startswith("{") else
+                                           f"name: svc\nmodel: {{run: run}}\ndemo: {value}\n")
+        assert main(["validate", str(tmp_path / "bad.yaml")]) == 1
+        err = capsys.readouterr().err
+        assert "bad.yaml:" in err and why in err and "Traceback" not in err, (value, err)
+    (tmp_path / "run.yaml").write_text("name: svc\nmodel: {run: run}\ndemo: {app: 'demo:build'}\n")
+    assert main(["validate", str(tmp_path / "run.yaml")]) == 1   # no experiment: no working_dir
+    err = capsys.readouterr().err
+    assert "run.yaml:3" in err and "working_dir" in err and "model: {experiment" in err
+    (tmp_path / "data.csv").write_text("a,target\n1,0\n2,1\n")
+    (tmp_path / "exp.yaml").write_text("name: exp\ntrainer: xgboost\nlabel_column: target\n"
+                                       "datasets: {train: {path: data.csv}}\n")
+    (tmp_path / "own.yaml").write_text("name: svc\nmodel: {experiment: exp.yaml}\n"
+                                       "demo: {app: 'pages.demo:build'}\n")
+    spec = load_service(tmp_path / "own.yaml")
+    app = service.render_application(spec, checkpoint="/c", token_sha256=DIGEST,
+                                     demo_sha256=DEMO_DIGEST, working_dir_uri="gcs://_ray_pkg_x.zip")
+    config = app["deployments"][0]["user_config"]
+    assert config["demo"] is True and config["demo_app"] == "pages.demo:build"
+    assert app["runtime_env"]["working_dir"] == "gcs://_ray_pkg_x.zip"
+    (tmp_path / "plain.yaml").write_text("name: svc\nmodel: {experiment: exp.yaml}\ndemo: true\n")
+    plain = service.render_application(load_service(tmp_path / "plain.yaml"), checkpoint="/c",
+                                       token_sha256=DIGEST)
+    assert "working_dir" not in plain["runtime_env"]   # Gradio's own page ships nothing more
+    assert "demo_app" not in plain["deployments"][0]["user_config"]
+
+
+def test_the_users_own_app_is_served_behind_the_gate_with_the_models_predict(tmp_path,
+                                                                            monkeypatch):
+    """The user's Blocks, built by their function with the replica's predict, behind the
+    same sign-in."""
+    (tmp_path / "mypage.py").write_text('''
+import gradio as gr
+import pandas as pd
+
+def build(predict):
+    build.given = predict
+    async def ask(radius):
+        [row] = await predict(pd.DataFrame([{"mean radius": radius}]))
+        return f"class {row['prediction']} at {row['probability_1']:.2f}"
+    with gr.Blocks() as blocks:
+        radius = gr.Number(value=20, elem_id="radius")
+        out = gr.Textbox(elem_id="said")
+        gr.Button("Ask", elem_id="ask").click(ask, radius, out, api_visibility="private")
+    return blocks
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with demo_server.serving(app="mypage:build") as page:
+        cookie = {"Cookie": demo_page.cookie_header(demo_server.SECRET, "/svc").split(";")[0]}
+        request = urllib.request.Request(page.base + "/demo/config", headers=cookie)
+        with DIRECT.open(request, timeout=30) as answer:
+            config = answer.read().decode()
+        assert '"elem_id":"radius"' in config.replace(" ", "")
+        assert status(page.base + "/demo/config")[0] == 401
+    import mypage  # the user's function was handed the replica's own predict
+
+    assert mypage.build.given is demo_server.predict
