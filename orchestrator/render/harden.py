@@ -52,6 +52,14 @@ PROFILING_SETTINGS = {"RAY_DASHBOARD_ENABLE_PROFILING": "1"}
 PROFILING_ENV = "export " + " ".join(f"{k}={v}" for k, v in PROFILING_SETTINGS.items()) + "; "
 
 _RAY_START = re.compile(r"\bray start\b")
+_RAY = re.compile(r"(\S*\bray)\s+start\b")
+# `ray start` waits a fixed 30 s for its raylet to register with the GCS (ray/_private/node.py),
+# then fails: a loaded host misses it (a worker measured 76 s from start to that failure on a
+# busy 2-core machine), and `ray up` then fails, or the autoscaler marks the worker
+# update-failed and launches it again minutes later. A failed start is stopped and tried once
+# more, saying so in the updater's log. `--block` (Ray kept in the foreground) is left alone.
+RETRY_NOTE = ("orchestrate: ray start failed; stopping what it started and trying once more "
+              "(Ray waits a fixed 30 s for its raylet to register; a loaded host can miss it)")
 _DASHBOARD_HOST = re.compile(r"\s--dashboard-host(?:=|\s+)(\S+)")
 _DASHBOARD_PORT = re.compile(r"\s--dashboard-port(?:=|\s+)(\d+)")
 
@@ -111,6 +119,19 @@ def _last(pattern: re.Pattern[str], commands: list[str]) -> str | None:
     return words[0] if words else found[-1]
 
 
+def _retried(statement: str) -> str:
+    """`ray start ...` as `{ ray start ... || { note; ray stop --force; sleep 2; ray start ...; }; }`,
+    with the same `ray` executable the statement names."""
+    found = _RAY.search(statement)
+    if found is None or re.search(r"\s--block\b", statement):
+        return statement
+    lead = statement[:len(statement) - len(statement.lstrip())]
+    start = statement.strip()
+    ray = found.group(1)
+    return (f"{lead}{{ {start} || {{ echo {shlex.quote(RETRY_NOTE)} >&2; "
+            f"{ray} stop --force >/dev/null 2>&1; sleep 2; {start}; }}; }}")
+
+
 def _harden(command: str, dashboard_host: str | None, tls: bool,
             profiling: bool = False) -> str:
     # Statements and their separators alternate; only statements that run `ray start` change.
@@ -126,7 +147,7 @@ def _harden(command: str, dashboard_host: str | None, tls: bool,
         if dashboard_host and "--head" in part:
             part = re.sub(r"\s--dashboard-host(?:=|\s+)\S+", "", part) + \
                 f" --dashboard-host={shlex.quote(dashboard_host)}"
-        pieces[i] = part + trailing
+        pieces[i] = _retried(part) + trailing
     starts = _RAY_START.search(command)
     head = bool(starts) and "--head" in command
     prefix = AUTH_ENV + (TLS_ENV if tls and starts else "") + (QUEUE_ENV if head else "") + \

@@ -40,7 +40,7 @@ def test_harden_local_binds_the_dashboard_to_the_heads_loopback():
     """Issue 29: on-prem, the job API (and the token sent to it) is not on the LAN in clear."""
     hardened, dashboard = harden_ray_config(LOCAL, provider=providers.get("local"),
                                             token_file="/t")
-    assert hardened["head_start_ray_commands"][-1].endswith("--dashboard-host=127.0.0.1")
+    assert hardened["head_start_ray_commands"][-1].endswith("--dashboard-host=127.0.0.1; }; }")
     assert "10.0.0.5" not in " ".join(hardened["head_start_ray_commands"])
     assert dashboard == Dashboard("127.0.0.1", 8265) and dashboard.tunneled
 
@@ -76,4 +76,34 @@ def test_the_dashboard_host_is_never_taken_from_the_head_address():
     config = {"cluster_name": "l", "provider": {"type": "local", "head_ip": "a b;id",
                                                  "worker_ips": []}}
     start, _ = harden_ray_config(config, provider=providers.get("local"), token_file="/t")
-    assert start["head_start_ray_commands"][-1].endswith("--dashboard-host=127.0.0.1")
+    assert start["head_start_ray_commands"][-1].endswith("--dashboard-host=127.0.0.1; }; }")
+
+
+def test_a_failed_ray_start_is_stopped_and_tried_once_more(tmp_path):
+    """Ray's `ray start` fails when its raylet takes over a fixed 30 s to register (a loaded
+    host): the hardened command, run by bash with a `ray` that fails its first start, says so,
+    runs `ray stop --force` and starts again; a second failure is the command's failure."""
+    import os
+    import subprocess
+
+    config = {**CLOUD, "head_start_ray_commands": [
+        f"ray stop; {tmp_path}/bin/ray start --head --port=6379 --block",
+        f"ray stop; RAY_X='a b' {tmp_path}/bin/ray start --head --port=6379"]}
+    hardened, _ = harden_ray_config(config, provider=providers.get("aws"), token_file="/t")
+    blocking, start = hardened["head_start_ray_commands"]
+    assert "ray stop --force" not in blocking   # Ray kept in the foreground: left alone
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "ray"
+    fake.write_text("#!/bin/sh\necho \"$* X=$RAY_X\" >> \"$LOG\"\n"
+                    "[ \"$1\" != start ] || [ -e \"$LOG.ok\" ] || { touch \"$LOG.ok\"; "
+                    "[ -z \"$FAIL\" ] || rm \"$LOG.ok\"; exit 1; }\n")
+    fake.chmod(0o755)
+    for fail, code in (("", 0), ("always", 1)):
+        log = tmp_path / f"log-{code}"
+        env = {**os.environ, "LOG": str(log), "FAIL": fail,
+               "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+        done = subprocess.run(["bash", "-c", start], env=env, capture_output=True, text=True)
+        assert done.returncode == code, done.stderr
+        assert "ray start failed; stopping what it started and trying once more" in done.stderr
+        starts = "start --head --port=6379 --disable-usage-stats --dashboard-host=127.0.0.1 X=a b"
+        assert log.read_text().splitlines() == ["stop X=", starts, "stop --force X=", starts]
