@@ -80,3 +80,7 @@ if [ -n "$apt_setup" ]; then
     wait "$apt_setup" || { cat "$apt_log" >&2
                            echo "setup-dev: apt-get install ${need_apt[*]} failed" >&2; exit 1; }
 fi
+
+# Bytecode for the project's own code and any package installed without it: this machine kind's
+# environment sets PYTHONDONTWRITEBYTECODE, so nothing is cached as it is imported (scripts/bytecode.py).
+.venv/bin/python scripts/bytecode.py
