@@ -143,6 +143,21 @@ def test_the_watchdog_clears_after_a_ray_that_died():
         subprocess.run(["rm", "-rf", private], check=False)
 
 
+def watchdog_account(ray: embedded.EmbeddedRay, guard: int) -> str:
+    """What the watchdog `guard` of `ray` said (its log in the Ray's private folder) and what
+    runs under its pid: why it is not the live watchdog a test expected."""
+    log = Path(ray.temp_dir).parent / "watchdog.log"
+    said = log.read_text(errors="replace")[-3000:] if log.exists() else f"(no {log})"
+    try:
+        with open(f"/proc/{guard}/cmdline", "rb") as f:
+            runs = f.read().replace(b"\0", b" ").decode(errors="replace")
+        with open(f"/proc/{guard}/stat") as f:
+            runs += f" (state {f.read().split(')')[-1].split()[0]})"
+    except OSError:
+        runs = "nothing"
+    return f"watchdog {guard} of the Ray {ray.pid}: {runs} runs under its pid; its log:\n{said}"
+
+
 def gone(ray: embedded.EmbeddedRay, guard: int) -> bool:
     return (not embedded.record_path().exists() and not ray_processes(ray.temp_dir)
             and not os.path.exists(os.path.dirname(ray.temp_dir))
@@ -165,7 +180,7 @@ def test_warm_reused_busy_with_a_job_idle_stopped_crashed_replaced_and_stopped(m
         warm = embedded.current(secrets())
         assert warm is not None and warm.pid == ray.pid and warm.idle_limit == 60
         guard = warm.watchdog
-        assert idle.is_watchdog(guard, ray.pid)
+        assert idle.is_watchdog(guard, ray.pid), watchdog_account(ray, guard)
         # Ray's first answer about Serve takes ~2 s: until then status cannot tell
         assert until(lambda: watchdog.report(secrets())["busy"] is False, timeout=30)
         assert watchdog.report(secrets())["stops_at"] is not None
@@ -206,7 +221,7 @@ def test_warm_reused_busy_with_a_job_idle_stopped_crashed_replaced_and_stopped(m
 
         # 3. `stop --embedded` ends the warm Ray now, and its watchdog
         guard = embedded.current(secrets()).watchdog
-        assert idle.is_watchdog(guard, third.pid)
+        assert idle.is_watchdog(guard, third.pid), watchdog_account(third, guard)
         assert main(["stop", "--local-ray"]) == 0
         assert until(lambda: gone(third, guard), timeout=30)
         assert watchdog.report(secrets()) is None
