@@ -53,13 +53,16 @@ PROFILING_ENV = "export " + " ".join(f"{k}={v}" for k, v in PROFILING_SETTINGS.i
 
 _RAY_START = re.compile(r"\bray start\b")
 _RAY = re.compile(r"(\S*\bray)\s+start\b")
-# `ray start` waits a fixed 30 s for its raylet to register with the GCS (ray/_private/node.py),
-# then fails: a loaded host misses it (a worker measured 76 s from start to that failure on a
-# busy 2-core machine), and `ray up` then fails, or the autoscaler marks the worker
+# A node's start fails on a loaded host: its raylet waits a fixed 15 s per port for the
+# dashboard agent (Python, importing much) to write its port files, then aborts ("Timed out
+# waiting for file .../metrics_agent_port_..."), and `ray start` gives up after its own fixed
+# 30 s (ray/_private/node.py). Neither wait is a setting in Ray 2.60. Seen on a 2-core machine
+# running six simulated nodes at once: `ray up` then fails, or the autoscaler marks the worker
 # update-failed and launches it again minutes later. A failed start is stopped and tried once
-# more, saying so in the updater's log. `--block` (Ray kept in the foreground) is left alone.
+# more (the agent's imports are then in the page cache), saying so in the updater's log;
+# a host that stays overloaded fails both. `--block` (Ray kept in the foreground) is left alone.
 RETRY_NOTE = ("orchestrate: ray start failed; stopping what it started and trying once more "
-              "(Ray waits a fixed 30 s for its raylet to register; a loaded host can miss it)")
+              "(Ray's node start has fixed waits that a loaded host can miss)")
 _DASHBOARD_HOST = re.compile(r"\s--dashboard-host(?:=|\s+)(\S+)")
 _DASHBOARD_PORT = re.compile(r"\s--dashboard-port(?:=|\s+)(\d+)")
 
