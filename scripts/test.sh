@@ -2,7 +2,7 @@
 # Set up (scripts/setup-dev.sh: what the quick start needs, then the tests' tools and system
 # packages), then lint, type-check and run the test suite tier by tier (scripts/tiers.py): fast
 # (no Ray, no SSH) and local (the embedded Ray's own life cycle) side by side, then ray (the
-# local Ray), then ssh (simulated hosts) and many (ten runs at once) side by side, stopping at
+# local Ray) and many (ten runs at once) side by side, then ssh (simulated hosts), stopping at
 # the first stage that fails and printing each tier's time beside its budget.
 #   bash scripts/test.sh              everything
 #   bash scripts/test.sh fast         one tier (or: local, ray, ssh, many; several: fast ray)

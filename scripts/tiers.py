@@ -1,9 +1,9 @@
-"""Lint, type-check, then run the test suite's tiers: fast and local side by side, then ray,
-then ssh and many side by side (STAGES), stopping after the first stage that fails; print each
+"""Lint, type-check, then run the test suite's tiers: fast and local side by side, then ray
+and many side by side, then ssh (STAGES), stopping after the first stage that fails; print each
 tier's time, the budgets, and each tier's slowest tests.
 
-    python scripts/tiers.py                    ruff, then the tiers fast and local, ray, ssh
-                                               and many (mypy beside the ssh tier: MYPY_BESIDE;
+    python scripts/tiers.py                    ruff, then the tiers fast and local, ray and
+                                               many, ssh (mypy beside the ssh tier: MYPY_BESIDE;
                                                alone at the end if a stage before it failed)
     python scripts/tiers.py fast               ruff, mypy and one tier (or local, ray, ssh;
                                                several: fast ray)
@@ -14,7 +14,7 @@ The tiers (tests/tiers.py keeps each test's markers true):
     ray   the embedded Ray: Train, Data, Tune, Serve jobs, MLflow, the job API
     local the embedded Ray's own life cycle (tests that start and stop Rays of their own)
     ssh   simulated hosts over real SSH: `ray up`, faults, the dashboard in a browser
-    many  ten runs at once on an embedded Ray of its own (beside ssh)
+    many  ten runs at once on an embedded Ray of its own (beside ray)
 
 Budgets are printed, never enforced: the suite's time is a budget the team keeps (CI has 40
 minutes on a 2-core machine, set-up included). Each tier has its own per-test timeout.
@@ -62,10 +62,8 @@ TIERS = (
     # tests/tiers.py).
     Tier("ssh", "ssh", 720, 600, ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")),
     # Many runs at once on its own shared Ray (test_many_runs: ten runs, about 370 CPU-s, most
-    # of it Ray starting processes), beside the ssh tier, which leaves the machine about 16 %
-    # idle while its tests wait for SSH, health checks and timeouts. Beside that tier the ten
-    # runs took 320-382 s here and 427 s on a CI machine: the limit is the test's own deadline
-    # (900 s for the runs to end).
+    # of it Ray starting processes; 6:54 alone on a machine 2.5 times slower, 2026-12-02), beside
+    # the ray tier (STAGES): the limit is the test's own deadline (900 s for the runs to end).
     Tier("many", "many_runs and not ssh", 300, 900),
 )
 # Stages run one after the other, stopping at the first that fails; the tiers of a stage run
@@ -73,10 +71,13 @@ TIERS = (
 # nothing. The ray and the ssh tier one after the other: both keep the two cores busy, so side
 # by side they took 24:50 where one after the other took 25:54, and a test timed for an idle
 # machine failed; a third ssh worker took 13:17 where two took 12:57, the machine 86 % busy
-# (measured on the 2-core machine, 2026-11-27). The many tier, the ray tier's longest test
-# alone, fills the ssh tier's idle time instead.
-STAGES = (("fast", "local"), ("ray",), ("ssh", "many"))
-STAGE_BUDGETS_S = {("fast", "local"): 240, ("ssh", "many"): 780}   # else: the tier's own
+# (measured on the 2-core machine, 2026-11-27).
+STAGES = (("fast", "local"), ("ray", "many"), ("ssh",))
+# The many tier beside the ray tier, not the ssh tier: on a machine 2.5 times slower (2026-12-02)
+# the ssh tier leaves no idle time, and the two side by side (load 14-18 on 2 cores) made the
+# hosts' dashboard agents miss Ray's fixed 15 s wait for their ports, so workers never joined;
+# the ssh tier alone passed (33:21). The ray tier's tests have limits of 900 s.
+STAGE_BUDGETS_S = {("fast", "local"): 240, ("ray", "many"): 900}   # else: the tier's own
 TOTAL_BUDGET_S = 2400
 SLOWEST = 5
 
