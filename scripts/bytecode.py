@@ -1,6 +1,6 @@
 """Compile to bytecode what the tests import and nothing cached: the project's own code (installed
-editable, so no installer compiles it) and any installed package without a `__pycache__` (one put
-in a venv made before, without compiling).
+editable, so no installer compiles it) and any installed top-level folder whose first Python file
+has no bytecode (one put in a venv made before, without compiling).
 
 Where PYTHONDONTWRITEBYTECODE is set (this machine kind's environment sets it), Python never
 writes what it compiles, so every process compiled each module it imported anew: `import

@@ -146,14 +146,14 @@ def test_the_watchdog_clears_after_a_ray_that_died():
 def watchdog_account(ray: embedded.EmbeddedRay, guard: int) -> str:
     """What the watchdog `guard` of `ray` said (its log in the Ray's private folder) and what
     runs under its pid: why it is not the live watchdog a test expected."""
-    log = Path(ray.temp_dir).parent / "watchdog.log"
+    import psutil
+
+    log = embedded._private(ray) / "watchdog.log"   # where reach.idle.spawn writes it
     said = log.read_text(errors="replace")[-3000:] if log.exists() else f"(no {log})"
     try:
-        with open(f"/proc/{guard}/cmdline", "rb") as f:
-            runs = f.read().replace(b"\0", b" ").decode(errors="replace")
-        with open(f"/proc/{guard}/stat") as f:
-            runs += f" (state {f.read().split(')')[-1].split()[0]})"
-    except OSError:
+        process = psutil.Process(guard)
+        runs = f"{' '.join(process.cmdline())} ({process.status()})"
+    except psutil.Error:
         runs = "nothing"
     return f"watchdog {guard} of the Ray {ray.pid}: {runs} runs under its pid; its log:\n{said}"
 

@@ -51,8 +51,7 @@ QUEUE_ENV = "export " + " ".join(f"{k}={v}" for k, v in QUEUE_SETTINGS.items()) 
 PROFILING_SETTINGS = {"RAY_DASHBOARD_ENABLE_PROFILING": "1"}
 PROFILING_ENV = "export " + " ".join(f"{k}={v}" for k, v in PROFILING_SETTINGS.items()) + "; "
 
-_RAY_START = re.compile(r"\bray start\b")
-_RAY = re.compile(r"(\S*\bray)\s+start\b")
+_RAY_START = re.compile(r"(\S*\bray)\s+start\b")   # group 1: the `ray` executable as named
 # A node's start fails on a loaded host: its raylet waits a fixed 15 s per port for the
 # dashboard agent (Python, importing much) to write its port files, then aborts ("Timed out
 # waiting for file .../metrics_agent_port_..."), and `ray start` gives up after its own fixed
@@ -125,7 +124,7 @@ def _last(pattern: re.Pattern[str], commands: list[str]) -> str | None:
 def _retried(statement: str) -> str:
     """`ray start ...` as `{ ray start ... || { note; ray stop --force; sleep 2; ray start ...; }; }`,
     with the same `ray` executable the statement names."""
-    found = _RAY.search(statement)
+    found = _RAY_START.search(statement)
     if found is None or re.search(r"\s--block\b", statement):
         return statement
     lead = statement[:len(statement) - len(statement.lstrip())]

@@ -80,9 +80,10 @@ def test_the_dashboard_host_is_never_taken_from_the_head_address():
 
 
 def test_a_failed_ray_start_is_stopped_and_tried_once_more(tmp_path):
-    """Ray's `ray start` fails when its raylet takes over a fixed 30 s to register (a loaded
-    host): the hardened command, run by bash with a `ray` that fails its first start, says so,
-    runs `ray stop --force` and starts again; a second failure is the command's failure."""
+    """Ray's `ray start` fails on a loaded host (its fixed waits for the dashboard agent's ports
+    and the raylet's registration): the hardened command, run by bash with a `ray` that fails
+    its first start, says so, runs `ray stop --force` and starts again; a second failure is the
+    command's failure."""
     import os
     import subprocess
 
