@@ -83,8 +83,13 @@ class SharedRay:
         """The Ray, started again if it no longer answers (a test must not be the next one's
         failure)."""
         from orchestrator.reach import embedded
+        from orchestrator.util.waiting import until
 
-        if self.ray is None or not embedded._answers(self.ray.address, self.secrets):
+        if self.ray is None or not until(
+                lambda: embedded._answers(self.ray.address, self.secrets)
+                or not embedded.running(self.ray), timeout=60, interval=1.0) \
+                or not embedded._answers(self.ray.address, self.secrets):
+            # dead, or deaf for a minute (a busy machine's dashboard is slow, not gone)
             self.stop()
             # profiling on, as `profiling: true` in an experiment starts it (issue 33): the
             # test of `orchestrate profile` profiles a run on it

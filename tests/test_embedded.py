@@ -94,3 +94,62 @@ def http_status(url: str, token: str | None = None, *, body: bool = False):
             return (r.status, r.read().decode(errors="replace")) if body else r.status
     except urllib.error.HTTPError as exc:
         return (exc.code, exc.read().decode(errors="replace")) if body else exc.code
+
+
+# A stand-in for `ray start` that exits during start-up as Ray 2.60's does on a machine too busy
+# for its fixed waits (the raylet's 15 s for the agent's port files; with --block, `ray start`
+# then stops everything it started), after making the temp dir it was given.
+EXITS = ("import os, sys\n"
+         "os.makedirs(sys.argv[sys.argv.index('--temp-dir') + 1])\n"
+         "print('Check failed: Timed out waiting for file metrics_agent_port_x', flush=True)\n"
+         "sys.exit(1)\n")
+
+
+def test_a_ray_start_that_exits_during_start_up_is_tried_once_more(monkeypatch):
+    """The first `ray start` exits on its own (a stand-in, EXITS); the second is Ray's. `start`
+    says it tries again, leaves nothing of the first attempt, and returns only once the node
+    has joined (before, it returned when the dashboard answered, and Ray could still abort)."""
+    import sys
+
+    real = local.ray_command
+    commands: list[list[str]] = []
+
+    def first_exits(*args: str) -> list[str]:
+        command = real(*args)
+        commands.append(command)
+        return [sys.executable, "-c", EXITS, *args] if len(commands) == 1 else command
+
+    monkeypatch.setattr(local, "ray_command", first_exits)
+    said: list[str] = []
+    with local.session(secrets(), progress=said.append) as (ray, started):
+        assert started and said == [local.RETRY_NOTE] and len(commands) == 2
+        first_dir = commands[0][commands[0].index("--temp-dir") + 1]
+        assert not Path(first_dir).parent.exists()   # its private folder is gone
+        nodes = jobs_client(ray).nodes()
+        assert nodes and [node["state"] for node in nodes] == ["ALIVE"], nodes
+    # its last user stopped it
+    assert ray_processes(ray.temp_dir) == [] and not Path(ray.temp_dir).exists()
+
+
+def test_a_ray_start_that_always_exits_is_tried_twice_then_reported(monkeypatch):
+    """`ray start` exiting on its own every time (the stand-in, EXITS) is tried once more, then
+    reported with its log's tail and no traceback; nothing of either attempt is left."""
+    import sys
+
+    from orchestrator.errors import JobError
+
+    started: list[str] = []
+
+    def exits(*args: str) -> list[str]:
+        started.append(args[args.index("--temp-dir") + 1])
+        return [sys.executable, "-c", EXITS, *args]
+
+    monkeypatch.setattr(local, "ray_command", exits)
+    said: list[str] = []
+    with pytest.raises(JobError) as caught, local.session(secrets(), progress=said.append):
+        pass
+    assert said == [local.RETRY_NOTE] and len(started) == 2
+    assert "the embedded Ray did not start" in caught.value.message
+    assert "Timed out waiting for file metrics_agent_port_x" in caught.value.message
+    assert not any(Path(path).parent.exists() for path in started)
+    assert local.recorded() is None

@@ -38,3 +38,4 @@ def test_a_record_whose_dashboard_is_not_on_loopback_is_none(tmp_path, monkeypat
               "pid": 12345, "temp_dir": "/tmp/orc-abc/ray", "num_cpus": 2}
     (embedded._folder() / "record.json").write_text(_json.dumps(record))
     assert embedded.recorded() is None
+

@@ -206,10 +206,49 @@ def no_ray_client(params: Any, head: bool) -> None:
 HOOK = f"{__name__}.no_ray_client"
 
 
+# `ray start` gives up on its own when the machine is too busy for Ray's fixed waits (the raylet
+# waits 15 s for its dashboard agent's port files, `ray start` 30 s for the node; neither is a
+# setting in Ray 2.60), and with --block it then stops every process it started. Seen on a
+# 2-core machine at a load of 10 and more: the dashboard answered, the raylet aborted
+# ("Timed out waiting for file .../metrics_agent_port_..."), and the Ray was gone seconds after
+# `start` returned. A start whose `ray start` exits on its own is tried once more.
+START_ATTEMPTS = 2
+RETRY_NOTE = "`ray start` of the embedded Ray exited during start-up; trying once more"
+
+
 def start(secrets: SecretStore, num_cpus: int | None = None,
-          timeout: float = 120.0, *, profiling: bool = False) -> EmbeddedRay:
+          timeout: float = 120.0, *, profiling: bool = False,
+          progress: Progress = silent) -> EmbeddedRay:
     """Start a private head on loopback, its dashboard answering profiling requests if
-    `profiling`; returns once its job API answers."""
+    `profiling`; returns once its job API answers and its node has joined (its raylet
+    registered: past Ray's own start-up waits). A `ray start` that exits on its own before that
+    is tried once more (START_ATTEMPTS); one that is still starting at `timeout` is not."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        ray, exited = _start_once(secrets, num_cpus, timeout, profiling)
+        if ray is not None:
+            return ray
+        if attempt == START_ATTEMPTS or not exited:
+            break
+        progress(RETRY_NOTE)
+    raise JobError(f"the embedded Ray did not start:\n{exited}")
+
+
+def _node_joined(address: str, secrets: SecretStore) -> bool:
+    """Whether Ray's node table lists a live node (the raylet registered with the GCS)."""
+    from ..cluster.health import NODE_TABLE, alive, listed
+
+    try:
+        nodes = listed(http.get_json(address, NODE_TABLE, _token(secrets), timeout=5))
+    except http.HttpError:
+        return False
+    return bool(alive(nodes or []))
+
+
+def _start_once(secrets: SecretStore, num_cpus: int | None, timeout: float,
+                profiling: bool) -> tuple[EmbeddedRay | None, str]:
+    """One `ray start`: (the Ray, "") once it is up; (None, the tail of its log) when `ray
+    start` exited on its own, after stopping what is left of it; JobError when it was still
+    starting at `timeout` (stopped too)."""
     num_cpus = num_cpus or max(os.cpu_count() or 1, 4)
     private = tempfile.mkdtemp(prefix="orc-", dir="/tmp")   # 0700: Ray's own dirs are 0777
     temp_dir = os.path.join(private, "ray")
@@ -266,15 +305,18 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
             found.append(EmbeddedRay(f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}",
                                      process.pid, temp_dir, num_cpus, profiling=profiling))
             listeners.vouch(found[0].address, process.pid)
-        return _answers(found[0].address, secrets)
+        return _answers(found[0].address, secrets) and _node_joined(found[0].address, secrets)
 
     ready = until(up, timeout=timeout, interval=0.5)
     ray = found[0] if found else EmbeddedRay("", "", process.pid, temp_dir, num_cpus)
     if not ready or process.poll() is not None:
-        text = tail(log_path)
+        exited = process.poll() is not None
+        text = tail(log_path) or "(its log is empty)"
         stop(ray)
-        raise JobError(f"the embedded Ray did not start:\n{text}")
-    return ray
+        if not exited:
+            raise JobError(f"the embedded Ray did not start within {timeout:.0f} s:\n{text}")
+        return None, text
+    return ray, ""
 
 
 def _bound_ports(group: int, temp_dir: str) -> tuple[int, int] | None:
@@ -408,7 +450,7 @@ def session(secrets: SecretStore, num_cpus: int | None = None, keep: bool = Fals
         ray = _read_record(secrets) or _recover(secrets, progress)
         started = ray is None
         if ray is None:
-            ray = start(secrets, num_cpus, profiling=profiling)
+            ray = start(secrets, num_cpus, profiling=profiling, progress=progress)
         elif profiling and not ray.profiling:
             progress(PROFILING_OFF.format(label=LABEL, pid=ray.pid))
         ray = _watched(replace(ray, keep=ray.keep or keep, idle_limit=limit,
