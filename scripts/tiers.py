@@ -44,7 +44,9 @@ class Tier:
 
 
 TIERS = (
-    Tier("fast", "not ray and not ssh", 180, 120, ("-n", "2")),
+    # loadgroup: a file whose tests share a costly import keeps them on one worker
+    # (test_tensorflow_units.py: Keras)
+    Tier("fast", "not ray and not ssh", 180, 120, ("-n", "2", "--dist", "loadgroup")),
     # Two workers, each with its shared Ray: one run leaves a core idle about a third of the
     # time (its processes start one after another; the tier on one worker kept the machine 73 %
     # busy). The tests reading the trained runs stay on one worker (tests/tiers.py). A test's
@@ -108,6 +110,10 @@ def start_tier(tier: Tier, extra: list[str], output=None) -> subprocess.Popen:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     report.unlink(missing_ok=True)
     env = {**os.environ, "ORCHESTRATE_TEST_DURATIONS": str(report)}
+    # pytest keeps each test file's assertion-rewritten bytecode only where Python may write
+    # bytecode; with PYTHONDONTWRITEBYTECODE (this machine kind's environment sets it) every
+    # pytest process rewrote all 268 test files again: about 7 s each on the 2-core machine
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     command = [PYTHON, "-m", "pytest", "-m", tier.markers, "-o", f"timeout={tier.timeout_s}",
                "-ra", *tier.options, *extra]
     print(f"\n=== tier {tier.name}: {' '.join(command[1:])}"

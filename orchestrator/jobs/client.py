@@ -137,11 +137,11 @@ class JobsClient:
         return found if isinstance(found, dict) else None
 
     def nodes(self) -> list[dict[str, Any]] | None:
-        """Ray's node table (`cluster.health.NODE_TABLE`), current the moment a node joins or
+        """Ray's node table (`util.nodes.NODE_TABLE`), current the moment a node joins or
         dies, unlike the autoscaler's load report in `cluster_status`; None if the head does
         not say."""
-        from ..cluster.health import NODE_TABLE, listed
         from ..util.http import HttpError, get_json
+        from ..util.nodes import NODE_TABLE, listed
 
         try:
             return listed(get_json(self.endpoint.address, NODE_TABLE, self.endpoint.token,

@@ -190,7 +190,7 @@ def refusal(admission: Admission, capacity: Capacity) -> str:
 
 def capacity_of(nodes: list[dict[str, Any]], label: str) -> Capacity | None:
     """A Capacity from Ray's node table: its alive nodes' resources; None when none is alive."""
-    from ..cluster.health import alive, totals
+    from ..util.nodes import alive, totals
 
     up = alive(nodes)
     if not up:

@@ -235,7 +235,7 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
 
 def _node_joined(address: str, secrets: SecretStore) -> bool:
     """Whether Ray's node table lists a live node (the raylet registered with the GCS)."""
-    from ..cluster.health import NODE_TABLE, alive, listed
+    from ..util.nodes import NODE_TABLE, alive, listed
 
     try:
         nodes = listed(http.get_json(address, NODE_TABLE, _token(secrets), timeout=5))

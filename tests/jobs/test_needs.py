@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.cluster import health
 from orchestrator.jobs import needs
+from orchestrator.util import nodes
 
 
 def config(scaling: dict, tune: dict | None = None) -> dict:
@@ -96,13 +96,13 @@ def test_capacity_is_every_alive_node_of_rays_node_table():
         node("10.0.0.1", CPU=2.0, **{"node:__internal_head__": 1.0}),
         node("10.0.0.2", CPU=2.0, GPU=1.0), node("10.0.0.3", CPU=2.0, **{"accelerator_type:T4": 1.0}),
         node("10.0.0.4", "DEAD", CPU=8.0)]}}}
-    found = needs.capacity_of(health.listed(answer) or [], "cluster race")
+    found = needs.capacity_of(nodes.listed(answer) or [], "cluster race")
     assert found is not None
     assert found.text() == "6 CPUs, 1 GPU, 1 accelerator_type:T4"
     assert found.node_ips == ("10.0.0.1", "10.0.0.2", "10.0.0.3")
     assert found.source() == "3 nodes alive in Ray's node table"
     assert needs.capacity_of([node("10.0.0.1", "DEAD", CPU=2.0)], "x") is None
-    assert health.listed({"data": {}}) is None and health.listed("nope") is None
+    assert nodes.listed({"data": {}}) is None and nodes.listed("nope") is None
 
 
 class _Jobs:

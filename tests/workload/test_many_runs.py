@@ -12,11 +12,10 @@ import time
 
 import pytest
 
-from orchestrator.cluster import health
 from orchestrator.jobs import needs
 from orchestrator.jobs.client import TERMINAL, JobsClient
 from orchestrator.state import State
-from orchestrator.util import http
+from orchestrator.util import http, nodes
 
 from .conftest import MLP, TABLE, cli
 
@@ -53,7 +52,7 @@ def test_ten_runs_at_once_all_finish_no_more_running_together_than_fit(local_ray
                for _, err in said), [err for _, err in said]
 
     jobs = JobsClient(local_ray.endpoint(State.here().secrets))
-    cpus = health.totals(health.alive(jobs.nodes() or []))["CPU"]
+    cpus = nodes.totals(nodes.alive(jobs.nodes() or []))["CPU"]
     fit = int(cpus // 2)
     most = 0
     waited = False

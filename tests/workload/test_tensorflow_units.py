@@ -12,15 +12,22 @@ import pytest
 from orchestrator.workload import worker
 from orchestrator.workload.trainers import tensorflow as trainer
 
-keras = pytest.importorskip("keras")
+# Keras (TensorFlow: about 8 s to import on the 2-core machine) is imported by the tests that use
+# it, not when the fast tier's workers collect this file; the file's tests share one worker.
+pytestmark = pytest.mark.xdist_group("keras")
 
 
-def test_the_mlp_takes_the_feature_vector():
+@pytest.fixture
+def keras():
+    return pytest.importorskip("keras")
+
+
+def test_the_mlp_takes_the_feature_vector(keras):
     model = trainer.build_model({"name": "mlp", "args": {"hidden_dims": [8, 4]}}, 5)
     assert model.input_shape == (None, 5) and model.output_shape == (None, 2)  # mlp's default
 
 
-def test_the_cnn_normalises_uint8_images_as_the_torch_models_take_them():
+def test_the_cnn_normalises_uint8_images_as_the_torch_models_take_them(keras):
     model = trainer.build_model({"name": "cnn", "args": {"image_size": 8, "channels": 1,
                                                          "width": 4, "num_classes": 3}}, None)
     assert model.input_shape == (None, 8, 8, 1) and model.output_shape == (None, 3)
@@ -29,7 +36,7 @@ def test_the_cnn_normalises_uint8_images_as_the_torch_models_take_them():
     np.testing.assert_allclose(keras.ops.convert_to_numpy(rescale(pixels)), [[-1.0, 0.0, 1.0]])
 
 
-def test_a_saved_checkpoint_answers_probabilities(tmp_path):
+def test_a_saved_checkpoint_answers_probabilities(tmp_path, keras):
     model = trainer.build_model({"name": "mlp", "args": {"hidden_dims": [4]}}, 2)
     model.save(tmp_path / trainer.CHECKPOINT_FILE)
     (tmp_path / ".metadata.json").write_text(json.dumps({"_model_filename": "model.keras"}))
