@@ -52,8 +52,9 @@ TIERS = (
     # busy). The tests reading the trained runs stay on one worker (tests/tiers.py). A test's
     # limit is 900 s: the first test to read a trained run trains it inside its own time (the
     # Keras sweep, 2 trials of 2 TensorFlow workers, took 540-800 s on a loaded machine), and a
-    # machine of this kind measured 2.5 times slower than another (fast tier 7:14 against 2:55,
-    # 2026-12-02), where the MLP's first test took 427 s. A hung test still fails.
+    # machine of this kind once ran the fast tier in 7:14 against 2:55 (2026-12-02, before its
+    # bytecode was compiled: scripts/bytecode.py), where the MLP's first test took 427 s. A hung
+    # test still fails.
     Tier("ray", "ray and not ssh and not own_ray and not many_runs", 600, 900,
          ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")),
     # The local Ray's own life cycle: tests that start and stop embedded Rays of their own.
@@ -64,7 +65,7 @@ TIERS = (
     # tests/tiers.py).
     Tier("ssh", "ssh", 720, 600, ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")),
     # Many runs at once on its own shared Ray (test_many_runs: ten runs, about 370 CPU-s, most
-    # of it Ray starting processes; 6:54 alone on a machine 2.5 times slower, 2026-12-02), beside
+    # of it Ray starting processes; 6:54 alone, 12:12 beside the ray tier in CI, 2026-12-02), beside
     # the ray tier (STAGES): the limit is the test's own deadline (900 s for the runs to end).
     Tier("many", "many_runs and not ssh", 300, 900),
 )
@@ -75,10 +76,11 @@ TIERS = (
 # machine failed; a third ssh worker took 13:17 where two took 12:57, the machine 86 % busy
 # (measured on the 2-core machine, 2026-11-27).
 STAGES = (("fast", "local"), ("ray", "many"), ("ssh",))
-# The many tier beside the ray tier, not the ssh tier: on a machine 2.5 times slower (2026-12-02)
+# The many tier beside the ray tier, not the ssh tier: on 2026-12-02, before scripts/bytecode.py,
 # the ssh tier leaves no idle time, and the two side by side (load 14-18 on 2 cores) made the
 # hosts' dashboard agents miss Ray's fixed 15 s wait for their ports, so workers never joined;
-# the ssh tier alone passed (33:21). The ray tier's tests have limits of 900 s.
+# the ssh tier alone passed (33:21; 17:13 once compiled, when it kept the machine 86 % busy:
+# no room for the many tier). The ray tier's tests have limits of 900 s.
 STAGE_BUDGETS_S = {("fast", "local"): 240, ("ray", "many"): 900}   # else: the tier's own
 TOTAL_BUDGET_S = 2400
 SLOWEST = 5
