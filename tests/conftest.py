@@ -85,11 +85,12 @@ class SharedRay:
         from orchestrator.reach import embedded
         from orchestrator.util.waiting import until
 
-        if self.ray is None or not until(
-                lambda: embedded._answers(self.ray.address, self.secrets)
-                or not embedded.running(self.ray), timeout=60, interval=1.0) \
-                or not embedded._answers(self.ray.address, self.secrets):
-            # dead, or deaf for a minute (a busy machine's dashboard is slow, not gone)
+        ray = self.ray
+        # a busy machine's dashboard is slow, not gone: a Ray still running gets a minute
+        usable = ray is not None and until(
+            lambda: not embedded.running(ray) or embedded._answers(ray.address, self.secrets),
+            timeout=60, interval=1.0) and embedded.running(ray)
+        if not usable:
             self.stop()
             # profiling on, as `profiling: true` in an experiment starts it (issue 33): the
             # test of `orchestrate profile` profiles a run on it

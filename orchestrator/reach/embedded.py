@@ -223,14 +223,14 @@ def start(secrets: SecretStore, num_cpus: int | None = None,
     `profiling`; returns once its job API answers and its node has joined (its raylet
     registered: past Ray's own start-up waits). A `ray start` that exits on its own before that
     is tried once more (START_ATTEMPTS); one that is still starting at `timeout` is not."""
+    log_tail = ""
     for attempt in range(1, START_ATTEMPTS + 1):
-        ray, exited = _start_once(secrets, num_cpus, timeout, profiling)
+        ray, log_tail = _start_once(secrets, num_cpus, timeout, profiling)
         if ray is not None:
             return ray
-        if attempt == START_ATTEMPTS or not exited:
-            break
-        progress(RETRY_NOTE)
-    raise JobError(f"the embedded Ray did not start:\n{exited}")
+        if attempt < START_ATTEMPTS:
+            progress(RETRY_NOTE)
+    raise JobError(f"the embedded Ray did not start:\n{log_tail}")
 
 
 def _node_joined(address: str, secrets: SecretStore) -> bool:
