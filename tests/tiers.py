@@ -80,7 +80,7 @@ def _groups_in_node_ids(config, items) -> None:
 # tests that read the session's trained runs (the `trained` fixture) are grouped by the runs
 # they read, each group on one worker: "trained-mlp" (the MLP) and "trained-boosted" (XGBoost
 # and LightGBM, and every Serve application, so those share one Ray); each run is trained once.
-# A test that reads them and names no group is in "trained". (The ten runs at once, its longest
+# A test that reads them and names no group is in "trained". (The runs at once, its longest
 # test, are a tier of their own: many. Long ray tests moved there too, beside the ssh tier, made
 # that stage 6 minutes longer: measured 2026-11-29, the ssh tier has no idle time to give.)
 # The ssh tier runs on two pytest-xdist workers (scripts/tiers.py). The tests on the shared
