@@ -157,8 +157,9 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
-def _expanded_size(root: yaml.Node) -> int:
-    """How many values the node graph expands to, counting shared (aliased) nodes every time.
+def _expanded_size(root: yaml.Node) -> tuple[int, int]:
+    """How many values the node graph expands to, counting shared (aliased) nodes every time,
+    and how many distinct nodes it has (the values written in the file).
 
     Memoised per node, so it costs the number of distinct nodes, not the expanded size.
     A cycle (a recursive alias) counts as too large.
@@ -175,7 +176,7 @@ def _expanded_size(root: yaml.Node) -> int:
         sizes[id(node)] = 10**12  # provisional: seen again before finishing means a cycle
         stack.append((node, True))
         stack.extend((child, False) for child in _children(node) if id(child) not in sizes)
-    return sizes[id(root)]
+    return sizes[id(root)], len(sizes)
 
 
 def _hashable(value: Any) -> bool:
@@ -243,7 +244,12 @@ def load_text(text: str, file: str) -> Document:
             raise SpecError([Problem(file, "the document is nested too deeply to read")]) from None
         if root is None:
             raise SpecError([Problem(file, "the file holds no YAML document; expected a mapping")])
-        if _expanded_size(root) > MAX_NODES:
+        expanded, written = _expanded_size(root)
+        if written > MAX_NODES:   # no alias needed: a file of that many keys or items
+            raise SpecError([Problem(
+                file, f"the document holds more than {MAX_NODES} values; a cluster or "
+                "experiment file has a few hundred (is this the right file?)", 1)])
+        if expanded > MAX_NODES:
             raise SpecError([Problem(
                 file, f"the document expands to more than {MAX_NODES} values; "
                 "aliases that expand this far are refused (an alias bomb?)", 1)])

@@ -23,7 +23,8 @@ NO_LINE = ("the file is empty", "the file holds no YAML document", "the document
            "no such file", "is a ", "cannot read the file", "the file is larger than",
            "the file changed while", "the file is binary", "the file is not UTF-8")
 NO_FIELD = NO_LINE + ("not valid YAML", "not valid text", "expected a YAML mapping at the top level",
-                      "the document expands to more than", "cannot tell what this file is",
+                      "the document expands to more than", "the document holds more than",
+                      "cannot tell what this file is",
                       "this is an experiment file",
                       # a tag or value on the document itself (nested ones name their field)
                       "unsupported tag", "unsupported value")
