@@ -29,7 +29,7 @@ from ..util import http, processes, ssh
 from ..util.processes import dies_with_parent, handing_signals_to, stop_child_group
 from ..util.relay import Relay
 from ..util.waiting import poll
-from . import known_hosts
+from . import known_hosts, launcher_auth
 
 # What `bash -i` says on stderr when it has no terminal; noise to a script, so left out.
 _NO_TTY_NOISE = (b"bash: cannot set terminal process group", b"bash: no job control in this shell")
@@ -45,9 +45,14 @@ def rendered(record: ClusterRecord, state: State) -> dict[str, Any]:
 
 
 def auth(record: ClusterRecord, state: State) -> dict[str, Any]:
-    """The auth section `ray up` was given, with the cluster's pinned host keys: what every
-    connection of ours to its hosts uses."""
-    return known_hosts.pinned(dict(rendered(record, state).get("auth") or {}), state, record.name)
+    """The auth section `ray up` was given, completed by what Ray's bootstrap filled in (the key
+    pair it made where the file names no `ssh_private_key`: `launcher_auth`), with the
+    cluster's pinned host keys: what every connection of ours to its hosts uses."""
+    given = dict(rendered(record, state).get("auth") or {})
+    if not given.get("ssh_private_key"):
+        given.update({key: value for key, value in launcher_auth.read(state, record.name).items()
+                      if key not in given or key == "ssh_private_key"})
+    return known_hosts.pinned(given, state, record.name)
 
 
 FORWARD_PREFIX = "orc-fwd-"

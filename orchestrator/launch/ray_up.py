@@ -26,7 +26,7 @@ from ..state import ClusterRecord, State, cluster_key
 from ..util import ssh
 from ..util.processes import dies_with_parent, handing_signals_to, ray_command, stop_child_group
 from ..util.progress import Progress
-from . import head, known_hosts, local_nodes
+from . import head, known_hosts, launcher_auth, local_nodes
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \S+\s+(?P<level>[A-Z]+) \S+ -- ")
@@ -191,12 +191,22 @@ class RayUp:
 
     def launch(self, name: str, provider: str, config_file: Path, *, restart: bool,
                timeout: float) -> None:
-        args = ["up", str(config_file), "-y", "--no-config-cache", "--log-style", "record",
+        """`ray up`, its provider settings resolved afresh (the config cache of an earlier run is
+        removed first), then the auth Ray's bootstrap resolved kept for our own SSH
+        (`launcher_auth.keep`): where the file names no `ssh_private_key`, Ray's AWS and GCP
+        bootstraps make a key pair and fill it in, which the file as written does not say."""
+        args = ["up", str(config_file), "-y", "--log-style", "record",
                 "--log-color", "false"] + ([] if restart else ["--no-restart"])
         self._mend(name, config_file, for_teardown=False)
-        run_ray(args, log_path=self._log(name, "up.log"), progress=self.progress,
-                timeout=timeout, env=self.environment(name, provider), secrets=self._secrets(name),
-                cluster=name)
+        scratch = self._scratch(name)
+        for stale in scratch.glob(launcher_auth.CONFIG_CACHE):
+            stale.unlink(missing_ok=True)
+        try:
+            run_ray(args, log_path=self._log(name, "up.log"), progress=self.progress,
+                    timeout=timeout, env=self.environment(name, provider),
+                    secrets=self._secrets(name), cluster=name)
+        finally:   # a launch that failed after the bootstrap still made (and named) the key
+            launcher_auth.keep(self.state, name)
 
     def head_address(self, name: str, provider: str, config_file: Path) -> str:
         """The head the config names (on-prem), else `ray get-head-ip`'s answer."""
