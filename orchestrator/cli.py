@@ -56,6 +56,8 @@ COMMANDS = {
     "unserve": ("orchestrator.commands.unserve", "remove one service's Serve application"),
     "demo": ("orchestrator.commands.demo",
              "a served model's demo page in your browser, signed in (`demo: true`; until Ctrl-C)"),
+    "prices": ("orchestrator.commands.prices",
+               "refresh: fetch the full public price catalog into this machine's cache"),
     "plan": ("orchestrator.commands.plan",
              "what apply would change in a project (clusters and experiments), and why"),
     "apply": ("orchestrator.commands.apply", "carry out a project's plan under its state lock"),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import os
 import re
@@ -26,14 +25,18 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from orchestrator.providers import skypilot_catalog  # noqa: E402 (after the path is set)
+from orchestrator.providers.skypilot_catalog import fmt, render  # noqa: E402
+
 CATALOG = Path(__file__).resolve().parent.parent / "orchestrator" / "providers" / "catalog"
-VM_HEADER = ("instance_type", "region", "zone", "on_demand", "spot")
-GPU_HEADER = ("accelerator", "count", "region", "zone", "on_demand", "spot")
 FILES = {"aws": "aws.csv", "gcp": "gcp.csv", "gcp-gpus": "gcp-gpus.csv", "azure": "azure.csv"}
 DEFAULT_URLS = {
     "aws": "https://pricing.us-east-1.amazonaws.com",
@@ -41,19 +44,12 @@ DEFAULT_URLS = {
     "gcp": "https://cloudbilling.googleapis.com",
 }
 GCP_COMPUTE_SERVICE = "6F81-5844-456A"
-# GCP's accelerator types (node_config guestAccelerators) and SkyPilot's names for them.
-GCP_GPU_NAMES = {"A100": "nvidia-tesla-a100", "A100-80GB": "nvidia-a100-80gb", "H100": "nvidia-h100-80gb",
-                 "L4": "nvidia-l4", "T4": "nvidia-tesla-t4", "V100": "nvidia-tesla-v100",
-                 "P100": "nvidia-tesla-p100", "P4": "nvidia-tesla-p4", "K80": "nvidia-tesla-k80"}
-# ... and the Billing Catalog's SKU descriptions ("Nvidia Tesla T4 GPU running in Americas").
+# GCP's accelerator types and the Billing Catalog's SKU descriptions ("Nvidia Tesla T4 GPU
+# running in Americas").
 GCP_GPU_SKUS = {"nvidia-tesla-a100": "Nvidia Tesla A100", "nvidia-a100-80gb": "Nvidia A100 80GB",
                 "nvidia-h100-80gb": "Nvidia H100 80GB", "nvidia-l4": "Nvidia L4",
                 "nvidia-tesla-t4": "Nvidia Tesla T4", "nvidia-tesla-v100": "Nvidia Tesla V100",
                 "nvidia-tesla-p100": "Nvidia Tesla P100", "nvidia-tesla-p4": "Nvidia Tesla P4"}
-# Machine families whose machine types carry their GPUs: SkyPilot prices only the host of those
-# (no GPU rows for H100), so an a3 price would be a tenth of the real one; it is left out.
-GCP_LEFT_OUT = re.compile(r"^a3-")
-
 Rows = list[tuple[str, ...]]
 
 
@@ -61,49 +57,21 @@ class Failed(Exception):
     """A reply or input the catalog cannot be built from; the message says which and why."""
 
 
-def fmt(value: float | None) -> str:
-    return "" if value is None else f"{value:.6f}".rstrip("0").rstrip(".")
-
-
-# --- from SkyPilot's catalog CSVs ---
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            return list(csv.DictReader(handle))
-    except OSError as exc:
-        raise Failed(f"{path}: {exc.strerror or exc}") from None
-
-
-def _price(text: str, where: str) -> float | None:
-    try:
-        return float(text) if text.strip() else None
-    except ValueError:
-        raise Failed(f"{where}: not a price: {text!r}") from None
-
+# --- from SkyPilot's catalog CSVs (the conversion `orchestrate prices refresh` runs too) ---
 
 def from_skypilot(folder: Path) -> dict[str, Rows]:
     tables: dict[str, Rows] = {"aws": [], "gcp": [], "gcp-gpus": [], "azure": []}
-    for cloud in ("aws", "gcp", "azure"):
+    for cloud in skypilot_catalog.CLOUDS:
         path = folder / f"{cloud}.csv"
-        for number, row in enumerate(_read_csv(path), start=2):
-            where = f"{path}:{number}"
-            try:
-                on_demand = _price(row["Price"], where)
-                spot = _price(row["SpotPrice"], where)
-                region, zone = row["Region"], row.get("AvailabilityZone") or ""
-                machine = row["InstanceType"]
-            except KeyError as exc:
-                raise Failed(f"{path}: no column {exc}") from None
-            if cloud == "gcp" and not machine:
-                name = GCP_GPU_NAMES.get(row["AcceleratorName"])
-                if name is None:
-                    raise Failed(f"{where}: unknown accelerator {row['AcceleratorName']!r}")
-                count = str(int(float(row["AcceleratorCount"])))
-                tables["gcp-gpus"].append((name, count, region, zone, fmt(on_demand), fmt(spot)))
-            elif not (cloud == "gcp" and GCP_LEFT_OUT.match(machine)):
-                tables[cloud].append((machine, region, zone, fmt(on_demand), fmt(spot)))
-    return {name: sorted(set(rows)) for name, rows in tables.items()}
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise Failed(f"{path}: {exc.strerror or exc}") from None
+        try:
+            tables.update(skypilot_catalog.convert(cloud, text, str(path)).tables)
+        except skypilot_catalog.Malformed as exc:
+            raise Failed(str(exc)) from None
+    return tables
 
 
 # --- from the clouds' price APIs ---
@@ -343,14 +311,6 @@ def read_catalog(folder: Path) -> dict[str, Rows]:
     return tables
 
 
-def render(name: str, rows: Iterable[tuple[str, ...]]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(GPU_HEADER if name == "gcp-gpus" else VM_HEADER)
-    writer.writerows(sorted(rows))
-    return out.getvalue()
-
-
 def write_atomically(folder: Path, texts: dict[str, str]) -> None:
     """Each file is written beside its final name, then renamed over it; all are written
     before the first rename, so an error leaves the old catalog whole."""
@@ -427,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             how = (f"SkyPilot's catalog (https://github.com/skypilot-org/skypilot-catalog), as "
                    f"trimmed in `{args.from_skypilot_csv}` (its SOURCE.md names the commits):\n\n"
                    + _commits(args.from_skypilot_csv) + "\n\nLeft out: GCP a3 machine types "
-                   "(the source prices their host only and lists no H100 GPU rows).")
+                   "(the source prices their host only and lists no H100 GPU rows), TPUs and GPUs "
+                   "a node_config cannot name (orchestrator/providers/skypilot_catalog.py).")
             read_on = _read_on(args.from_skypilot_csv)
         else:
             source, read_on = "cloud price APIs", ""

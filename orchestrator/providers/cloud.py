@@ -126,7 +126,9 @@ def price_layout(config: Config, name: str) -> Config:
 
 
 def price_source(config: Config) -> str:
-    return str(prices.CATALOG_SOURCE)
+    """The catalog this cloud's prices come from: the full one cached by `orchestrate prices
+    refresh`, or the subset shipped in the package, with its date."""
+    return prices.source(str((config.get("provider") or {}).get("type") or ""))
 
 
 def priced(cloud: str, name: str, node_type: Config, field: tuple[str, ...], region: str,
@@ -142,7 +144,8 @@ def priced(cloud: str, name: str, node_type: Config, field: tuple[str, ...], reg
     if hourly is None:
         what = f"spot {instance}" if spot else instance
         warning = (f"{path}: {what} in {region or 'no region'} is not in the price catalog; its "
-                   "price is unknown") if instance else f"{path}: not given; the price is unknown"
+                   f"price is unknown{prices.subset_hint(cloud)}") if instance else \
+            f"{path}: not given; the price is unknown"
     return NodePrice(name, instance, region, spot, hourly), warning
 
 

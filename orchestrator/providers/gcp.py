@@ -108,7 +108,8 @@ def _priced(config: Config, name: str, node_type: Config) -> tuple[NodePrice, st
             hourly = None
             path = ".".join(str(part) for part in node_path(name, *field.split(".")))
             warning = warning or (f"{path}: {'spot ' if spot else ''}{count} x {kind} in {region} "
-                                  "is not in the price catalog; its price is unknown")
+                                  "is not in the price catalog; its price is unknown"
+                                  + prices.subset_hint(NAME))
         elif hourly is not None:
             hourly += gpu
     return NodePrice(name, machine.instance, region, spot, hourly), warning

@@ -1,5 +1,6 @@
 """The price catalog (orchestrator.providers.prices) and cluster prices (providers.cost), on the
-example cluster files and on hand-made configs. Figures are rows of the shipped catalog."""
+example cluster files and on hand-made configs. Figures are rows of the shipped catalog (each
+test's ORCHESTRATE_HOME is new: no cached full catalog; that one: test_prices_refresh.py)."""
 from __future__ import annotations
 
 import copy
@@ -39,8 +40,13 @@ def test_a_zone_without_a_spot_price_is_unknown():
 
 
 def test_the_catalog_names_its_source_and_date():
-    assert prices.CATALOG_DATE == "2026-11-26"
-    assert prices.CATALOG_SOURCE == "list prices of 2026-11-26 (skypilot-catalog)"
+    # No `orchestrate prices refresh` on this test's ORCHESTRATE_HOME: the shipped subset.
+    assert prices.source("aws") == (
+        "list prices of 2026-11-26 (skypilot-catalog, the subset shipped with orchestrate: "
+        "3 regions; `orchestrate prices refresh` fetches all)")
+    assert "2 regions" in prices.source("azure")         # no westeurope in SkyPilot's v6 file
+    assert prices.subset_hint("gcp") == (
+        " (the shipped catalog is a subset: `orchestrate prices refresh` fetches the full one)")
 
 
 def test_aws_example_head_on_demand_spot_workers_at_most_max_workers():
@@ -52,7 +58,7 @@ def test_aws_example_head_on_demand_spot_workers_at_most_max_workers():
     assert price.at_max == pytest.approx(head + 8 * gpu)
     assert price.hourly({"gpu_worker": 3}) == pytest.approx(head + 3 * gpu)
     assert price.warnings == ()
-    assert price.source == prices.CATALOG_SOURCE
+    assert price.source == prices.source("aws")
     assert cluster_price(example("aws-shorthand.yaml")).at_max == pytest.approx(head + 8 * gpu)
 
 
@@ -80,7 +86,7 @@ def test_an_unknown_instance_type_warns_and_makes_every_total_that_counts_it_unk
     price = cluster_price(config)
     assert price.warnings == (
         "available_node_types.gpu_worker.node_config.InstanceType: spot g9.xlarge in us-east-1 "
-        "is not in the price catalog; its price is unknown",)
+        "is not in the price catalog; its price is unknown" + prices.subset_hint("aws"),)
     assert price.nodes["gpu_worker"].hourly is None
     assert price.at_min == pytest.approx(0.384)       # no gpu worker counted at the minimum
     assert price.at_max is None
@@ -152,7 +158,8 @@ def test_gcp_an_unknown_accelerator_names_its_field():
     assert price.nodes["t4"].hourly is None and price.at_max is None
     assert price.warnings == (
         "available_node_types.t4.node_config.guestAccelerators.0.acceleratorType: spot 1 x "
-        "nvidia-h100-80gb in us-central1 is not in the price catalog; its price is unknown",)
+        "nvidia-h100-80gb in us-central1 is not in the price catalog; its price is unknown"
+        + prices.subset_hint("gcp"),)
 
 
 def onprem(**settings) -> dict:
