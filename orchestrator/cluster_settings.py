@@ -1,5 +1,5 @@
 """orchestrate's own settings in a cluster file, beside Ray's keys: `autostop`, `archive`,
-`host_price_per_hour` and `profiling`.
+`host_price_per_hour`, `profiling` and `storage`.
 
 The user writes them at the top level of the cluster file; loading moves them under
 `metadata.orchestrate` of the Ray config (`metadata` is the field Ray's schema keeps for its
@@ -13,7 +13,7 @@ from typing import Any
 
 KEY = "orchestrate"                                        # under Ray's `metadata`
 # top-level keys in the user's file
-OWN_KEYS = ("autostop", "archive", "host_price_per_hour", "profiling")
+OWN_KEYS = ("autostop", "archive", "host_price_per_hour", "profiling", "storage")
 
 
 def of(config: dict[str, Any]) -> dict[str, Any]:
@@ -44,3 +44,11 @@ def profiling(config: dict[str, Any]) -> bool:
     profiles of Ray's processes): Ray refuses them unless its head started with
     RAY_DASHBOARD_ENABLE_PROFILING=1 (`render.harden` exports it)."""
     return of(config).get("profiling") is True
+
+
+def storage(config: dict[str, Any]) -> str | None:
+    """The storage every node of the cluster reaches (`s3://bucket/prefix`, `gs://`,
+    `abfss://`, or an absolute path every node mounts): the `run_config.storage_path` of the
+    experiments run on it that name none (`render.experiment.resolve_config`)."""
+    found = of(config).get("storage")
+    return str(found) if found else None

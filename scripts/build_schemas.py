@@ -194,6 +194,11 @@ def build() -> dict:
     return schema
 
 
+# Where Ray Train can keep a run that every node writes to: the URIs pyarrow opens (gcs:// is
+# gs://, abfs:// Azure's without TLS) or an absolute path (a mount every node has).
+STORAGE_PATTERN = r"^((s3|gs|gcs|abfss?)://[^/]+(/.*)?|/.*)$"
+
+
 def orchestrate_props() -> dict:
     """orchestrate's own top-level keys (orchestrator/cluster_settings.py): loading moves them
     under `metadata.orchestrate`, where Ray keeps them without reading them."""
@@ -220,6 +225,17 @@ def orchestrate_props() -> dict:
             "x-message": "expected s3://bucket/prefix or file:///absolute/folder",
             "description": "where the cluster's logs go before it is taken down: "
                            "s3://bucket/prefix or file:///absolute/folder",
+        },
+        "storage": {
+            "type": "string", "pattern": STORAGE_PATTERN,
+            "x-message": "expected s3://bucket/prefix, gs://, abfss:// or an absolute path "
+                         "that every node mounts",
+            "description": "storage every node reaches (s3://bucket/prefix, gs://bucket/prefix, "
+                           "abfss://container@account.dfs.core.windows.net/prefix, or an "
+                           "absolute path every node mounts, such as NFS): the "
+                           "run_config.storage_path of the experiments run on this cluster "
+                           "that name none; a cluster that can have several nodes needs one "
+                           "of the two",
         },
         "host_price_per_hour": {
             "type": "number", "minimum": 0,

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print_table([[r["experiment"], r["run"], r["status"], _when(r["started"]),
                   _duration(r["wall_time_s"]), _metrics(r["metrics"]), r["cluster"],
-                  r["storage"] or r["error"] or _waiting(r)] for r in rows],
+                  r["storage"] or r["error"] or _waiting(r) or r["run_folder"] or ""] for r in rows],
                 ["EXPERIMENT", "RUN", "STATUS", "STARTED", "WALL", "FINAL METRICS", "CLUSTER",
                  "STORAGE"], max_cell=60)
     return 0

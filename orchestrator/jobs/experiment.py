@@ -254,8 +254,12 @@ def submit(plan: JobPlan[JobConfig], spec: ExperimentSpec, jobs: JobsClient, sta
     if created:
         state.store.record_job(job_id, cluster=cluster, experiment=str(spec.path.resolve()),
                                name=plan.config["run_config"].get("name") or spec.name)
-        if admission is not None:
-            state.store.update_job(job_id, {"needs": admission.asked})
+        fields: dict[str, Any] = {"needs": admission.asked} if admission is not None else {}
+        storage = plan.config["run_config"].get("storage_path")
+        if storage:   # where the run's folder will be, for `runs` before it has ended
+            fields["storage_path"] = storage
+        if fields:
+            state.store.update_job(job_id, fields)
     return Submission(job_id, created, plan, cluster, admission)
 
 

@@ -46,7 +46,15 @@ def _row(job: dict[str, Any], state: State) -> dict[str, Any]:
             "started": job.get("submitted_at"),
             "wall_time_s": job.get("wall_time_s") or summary.get("wall_time_s"),
             "metrics": summary.get("metrics") or {}, "storage": summary.get("run_path"),
+            "run_folder": summary.get("run_path") or _run_folder(job),
             "error": job.get("error"), "needs": job.get("needs")}
+
+
+def _run_folder(job: dict[str, Any]) -> str | None:
+    """Where a run not ended yet keeps its files: `<storage_path>/<run name>`, as Ray Train
+    names it (None: Ray's default storage, each node's ~/ray_results)."""
+    storage, name = job.get("storage_path"), job.get("name")
+    return f"{str(storage).rstrip('/')}/{name}" if storage and name else None
 
 
 def _is_of(row: dict[str, Any], experiment: str) -> bool:

@@ -284,7 +284,8 @@ def _auth_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
 
 def _settings_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
     """orchestrate's own keys: `metadata.orchestrate` is where loading puts them, never the
-    user; a host's price is known only where the hosts are fixed (on-prem)."""
+    user; a host's price is known only where the hosts are fixed (on-prem); the storage's URI
+    carries no secret."""
     problems = []
     metadata = data.get("metadata")
     if isinstance(metadata, dict) and cluster_settings.KEY in metadata:
@@ -299,6 +300,15 @@ def _settings_problems(doc: Document, data: dict[str, Any]) -> list[Problem]:
             ("host_price_per_hour",),
             f"host_price_per_hour is for on-prem clusters; provider {provider.NAME} prices its "
             "nodes itself", "remove it"))
+    storage = data.get("storage")
+    if isinstance(storage, str):
+        # imported only where a file names its storage (tests/test_cold_start.py)
+        from ..util import uris
+
+        if uris.has_credentials(storage):
+            # it would travel in every job's configuration, which Ray shows to whoever lists jobs
+            problems.append(doc.problem(("storage",), uris.CREDENTIALS_MESSAGE,
+                                        uris.CREDENTIALS_HINT))
     docker = data.get("docker")
     if data.get("autostop") and isinstance(docker, dict) and \
             (docker.get("image") or docker.get("head_image")):

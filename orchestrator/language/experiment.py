@@ -1,7 +1,9 @@
 """Experiment YAML -> ExperimentSpec: a declarative Ray Train run, checked before submission.
 
 Relative paths (`cluster`, `working_dir`, local dataset paths, a local `storage_path`) are
-relative to the experiment file's folder; `working_dir` defaults to that folder.
+relative to the experiment file's folder; `working_dir` defaults to that folder. A run on a
+cluster that can have several nodes needs storage every node reaches: its `storage_path`, else
+the cluster file's `storage:`.
 """
 from __future__ import annotations
 
@@ -225,6 +227,31 @@ def _profiling_problems(doc: Document, data: dict[str, Any],
                         "restarts Ray on its head), or remove it here")]
 
 
+def _storage_problems(doc: Document, data: dict[str, Any],
+                      cluster: ClusterSpec | None) -> list[Problem]:
+    """No storage_path, on a cluster that can have several nodes and names no `storage:`: each
+    node would keep its checkpoints in its own ~/ray_results (Ray's default), and a run whose
+    workers span nodes fails in Ray a minute in (WorkerGroupError). The embedded Ray and a
+    one-node cluster keep Ray's default; a local storage_path is the user's word that every node
+    mounts it."""
+    from .. import providers
+
+    if cluster is None or (data.get("run_config") or {}).get("storage_path") or \
+            cluster_settings.storage(cluster.document):
+        return []
+    nodes = providers.most_nodes(cluster.document)
+    if nodes < 2:
+        return []
+    return [doc.problem(("run_config",) if "run_config" in data else ("cluster",),
+                        f"cluster {cluster.name} can have {nodes} nodes, and this run names no "
+                        f"storage: each node would keep its checkpoints in its own "
+                        f"~/ray_results (Ray's default), and a run on several nodes fails in "
+                        f"Ray (WorkerGroupError)",
+                        f"set run_config.storage_path: s3://... in the experiment, or "
+                        f"storage: s3://... in the cluster file {cluster.path} for every run on "
+                        f"it; a local path must be a folder every node mounts (NFS)")]
+
+
 # The top-level keys each check reads: a check runs when the schema found none of them broken,
 # so one pass reports the schema's errors and every check they leave standing.
 PATH_KEYS = ("working_dir", "train_loop", "run_config", "datasets", "label_column")
@@ -258,6 +285,8 @@ def build_experiment(doc: Document, path: Path, *, here: bool = True) -> Experim
         problems += cluster_problems
         if sound("profiling"):
             problems += _profiling_problems(doc, data, cluster)
+        if sound("run_config"):
+            problems += _storage_problems(doc, data, cluster)
         if sound("own_cluster", "runtime_env", "tracking"):
             problems += _own_cluster_problems(doc, data, cluster)
     if problems:

@@ -3,6 +3,7 @@
     get(name) -> Provider                      the module for a `provider.type`
     ray_up_site(name) -> RayUpSite             the same module, as the `ray up` backend asks it
     named_head(name, config) -> str | None     the head's address a config names (on-prem)
+    most_nodes(config) -> int                  the most nodes a config's cluster can have at once
     PROVIDERS                                  name -> module; the cluster schema's provider
                                                enum is generated from it (scripts/build_schemas.py)
     check_cluster(spec) -> list[CheckResult]   every preflight check for one cluster spec
@@ -72,8 +73,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["CheckResult", "PROVIDERS", "Provider", "RAY_UP", "RayUpSite", "OK", "WARN", "FAIL",
-           "get", "ray_up_site", "named_head", "check_cluster", "ensure_ready", "check_credentials",
-           "failures"]
+           "get", "ray_up_site", "named_head", "most_nodes", "check_cluster", "ensure_ready",
+           "check_credentials", "failures"]
 
 
 class SpecWithProvider(ClusterView, Protocol):
@@ -104,6 +105,27 @@ def named_head(name: str, config: dict[str, Any]) -> str | None:
     where the head is found once launched (a cloud's, a KubeRay head pod)."""
     site = RAY_UP.get(name)
     return site.head_address(config) if site is not None else None
+
+
+def most_nodes(config: dict[str, Any]) -> int:
+    """The most nodes a validated Ray config's cluster can have at once: the head, and the
+    workers its limits let the autoscaler add (each node type's max_workers within the
+    cluster's; on-prem the listed hosts; Ray's default node types where the file names none),
+    counted as the price's worst case counts them (`cost.cluster_price`): workers of the head's
+    own type count where that type sets max_workers."""
+    from .base import node_types, worst_case
+
+    layout = get(str((config.get("provider") or {}).get("type"))).price_layout(config)
+    head = layout.get("head_node_type")
+    workers = {name: node_type for name, node_type in node_types(layout)
+               if name != head or int(node_type.get("max_workers") or 0) > 0}
+    cap = layout.get("max_workers")
+    if not isinstance(cap, int):   # KubeRay: each worker group's maxReplicas, no cluster-wide cap
+        cap = sum(max(int(t.get("max_workers") or 0), int(t.get("min_workers") or 0))
+                  for t in workers.values())
+    counted = worst_case({"max_workers": cap, "available_node_types": workers},
+                         lambda name, node_type: "all", lambda name, node_type: 1.0)
+    return 1 + int(counted.get("all", 0))
 
 
 def _quiet_sdks() -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
-from .. import contract, trainers
+from .. import cluster_settings, contract, trainers
 from ..contract import (
     DatasetSection,
     JobConfig,
@@ -71,13 +71,16 @@ def dataset_path(path: str, base: Path, working_dir: Path) -> str:
 def resolve_config(spec: ExperimentSpec,
                    environ: Mapping[str, str] | None = None) -> JobConfig:
     """`environ`: where MLFLOW_TRACKING_URI is read when `tracking.mlflow` names no URI (this
-    process's environment if not given)."""
+    process's environment if not given). The run's storage_path is the experiment's, else its
+    cluster file's `storage:`, else None (Ray's default, ~/ray_results on each node)."""
     data, base = spec.document, spec.path.resolve().parent
     run: RunSection = {}
     if data.get("run_config"):
         run.update(data["run_config"])  # the schema allows RunSection's keys only
     run.setdefault("name", spec.name)
-    storage = run.get("storage_path")
+    # the cluster's shared storage, as is: Ray Train keeps each run under <storage>/<run name>
+    storage = run.get("storage_path") or \
+        (cluster_settings.storage(spec.cluster.document) if spec.cluster is not None else None)
     if storage and not is_uri(storage):
         storage = str((base / Path(storage).expanduser()).resolve())
     run["storage_path"] = storage

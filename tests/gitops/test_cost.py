@@ -29,7 +29,8 @@ def aws(name: str, workers: int = 4, instance: str = "g5.xlarge", spot: bool = F
             "auth": {"ssh_user": "ubuntu"},
             "head": {"instance_type": "m5.2xlarge", "image": "ami-0a2363a9cff180a64"},
             "workers": {"gpu": {"instance_type": instance, "image": "ami-0a2363a9cff180a64",
-                                "min_workers": 1, "max_workers": workers, "spot": spot}}}
+                                "min_workers": 1, "max_workers": workers, "spot": spot}},
+            "storage": "s3://p-results/runs"}   # several nodes: their runs' shared storage
 
 
 def price(instance: str, spot: bool = False) -> float:

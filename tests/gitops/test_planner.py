@@ -26,7 +26,9 @@ def cluster(name: str, key: Path, **overrides) -> dict:
                            "worker_ips": ["10.0.0.2", "10.0.0.3"]},
               "auth": {"ssh_user": "ray", "ssh_private_key": f"../{key.name}"},
               "min_workers": 2, "max_workers": 2,
-              "setup_commands": ["echo setup"]}
+              "setup_commands": ["echo setup"],
+              # three nodes: the experiments on it keep their runs where every node reaches
+              "storage": "s3://p-results/runs"}
     config.update(overrides)
     return config
 

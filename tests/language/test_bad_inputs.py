@@ -273,7 +273,7 @@ def test_a_clusters_warning_met_again_through_an_experiment_is_printed_once(tmp_
     (tmp_path / "clusters").mkdir()
     (tmp_path / "clusters" / "lab.yaml").write_text(
         "cluster_name: lab\nprovider: {type: local, head_ip: 10.0.0.1, worker_ips: [10.0.0.2]}\n"
-        "auth: {ssh_user: ray, ssh_private_key: no-such-key}\n")
+        "auth: {ssh_user: ray, ssh_private_key: no-such-key}\nstorage: s3://lab-results/runs\n")
     (tmp_path / "train.csv").write_text("a,target\n1,0\n")
     (tmp_path / "e.yaml").write_text(
         "name: e\ntrainer: torch\nmodel: {name: mlp, hidden_dims: [8], num_classes: 2}\n"

@@ -112,7 +112,8 @@ def test_an_experiment_asks_for_profiling_on_the_embedded_ray_not_on_a_cluster(t
     cluster file must say it (its Ray restarts for it), else the experiment names that file."""
     from orchestrator.language.experiment import load_experiment
 
-    experiment = ("name: e\ntrainer: torch\ntrain_loop: loop:train\nprofiling: true\n")
+    experiment = ("name: e\ntrainer: torch\ntrain_loop: loop:train\nprofiling: true\n"
+                  "run_config: {storage_path: s3://b/runs}\n")   # c.yaml has two nodes
     (tmp_path / "loop.py").write_text("def train(config):\n    pass\n")
     (tmp_path / "e.yaml").write_text(experiment)
     assert load_experiment(tmp_path / "e.yaml", here=False).profiling

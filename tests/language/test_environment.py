@@ -159,7 +159,9 @@ def test_local_paths_must_exist_and_reach_a_cluster(tmp_path, capsys):
     assert spec.environment.packages[0].startswith(f"{tmp_path / 'dist' / 'missing-1.0.whl'} #")
     cluster = Path(__file__).resolve().parents[2] / "cluster_configs" / "local.yaml"
     document = yaml.safe_load(path.read_text())
-    path.write_text(yaml.safe_dump({**document, "cluster": str(cluster)}, sort_keys=False))
+    path.write_text(yaml.safe_dump({**document, "cluster": str(cluster),   # three nodes
+                                    "run_config": {"storage_path": "s3://b/runs"}},
+                                   sort_keys=False))
     [error] = errors(path, capsys)
     assert error.startswith(f"ERROR   {path}:7: runtime_env.pip[0]: './dist/missing-1.0.whl' is "
                             f"outside the working_dir ({tmp_path / 'loop'}), so it does not "
