@@ -14,6 +14,7 @@ import re
 import urllib.parse
 from typing import Any
 
+from .. import cluster_settings
 from ..errors import Problem, require
 from ..yamlload import Document
 from . import cloud
@@ -176,6 +177,7 @@ def _checks(spec: ClusterView) -> list[CheckResult]:
         _check_quotas(checks, session, region, types)
         if cloud.autostop_wanted(spec):
             _check_head_credentials(checks, session, region)
+        _check_worker_credentials(checks, session, region)
     except (BotoCoreError, ClientError) as exc:
         checks.fail("aws", f"AWS call failed: {sdk_message(exc)}",
                     "check the credentials' permissions (ec2:Describe*, servicequotas:GetServiceQuota)")
@@ -426,6 +428,83 @@ def _check_head_credentials(checks: Checks, session: Any, region: str) -> None:
                     "the cluster would stay up", hint, path)
     else:
         checks.ok(cloud.HEAD_CREDENTIALS, f"{wanted}, whose role allows {', '.join(needs)}", path)
+
+
+WORKER_CREDENTIALS = "worker credentials"
+WORKER_ACTIONS = ("s3:PutObject", "s3:GetObject", "s3:ListBucket")
+
+
+def _profile_name(node_config: Config) -> str:
+    named = node_config.get("IamInstanceProfile") or {}
+    return str(named.get("Name") or str(named.get("Arn") or "").rsplit("/", 1)[-1])
+
+
+def _check_worker_credentials(checks: Checks, session: Any, region: str) -> None:
+    """The cluster's `storage: s3://...` is written by every training worker (Ray Train persists
+    checkpoints from each), and an AWS instance has credentials only from its instance profile.
+    Ray's bootstrap gives its default profile to the head alone, so a worker type that names none
+    cannot write there; one that names a profile is launched by the autoscaler with the head's
+    credentials, which must be allowed to pass its role (iam:PassRole), as AWS checks."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    storage = cluster_settings.storage(checks.spec.document) or ""
+    if not storage.startswith("s3://"):
+        return
+    head, head_config = cloud.head_node_config(checks.spec)
+    types = checks.spec.document.get("available_node_types") or {}
+    workers = {name: dict((node or {}).get("node_config") or {}) for name, node in types.items()
+               if name != head and isinstance(node, dict)}
+    where = ("metadata", cluster_settings.KEY, "storage")
+    bare = sorted(name for name, config in workers.items() if not _profile_name(config))
+    for name in bare:
+        checks.warn(WORKER_CREDENTIALS, f"workers of type {name} get no AWS credentials (Ray "
+                    f"gives its instance profile to the head alone), so they cannot write the "
+                    f"cluster's storage {storage}: a run on them fails at its first checkpoint",
+                    "name an IamInstanceProfile with s3:PutObject there in its node_config, "
+                    "and allow the head's role iam:PassRole on its role",
+                    node_path(name, "IamInstanceProfile") if name in types else where)
+    named = {name: _profile_name(config) for name, config in workers.items() if name not in bare}
+    if not named:
+        return
+    iam = _client(session, "iam", region)
+    head_profile = _profile_name(head_config) or DEFAULT_HEAD_PROFILE
+    try:
+        try:
+            head_roles = [role["RoleName"] for role in iam.get_instance_profile(
+                InstanceProfileName=head_profile)["InstanceProfile"]["Roles"]]
+        except ClientError as exc:
+            if _error_code(exc) != "NoSuchEntity" or _profile_name(head_config):
+                raise
+            head_roles = []   # Ray makes it: AmazonEC2FullAccess and AmazonS3FullAccess
+        passes = bool(head_roles) and not any(
+            _not_allowed(iam, role, ("iam:PassRole",)) for role in head_roles)
+        for name, profile in sorted(named.items()):
+            roles = [role["RoleName"] for role in iam.get_instance_profile(
+                InstanceProfileName=profile)["InstanceProfile"]["Roles"]]
+            missing = sorted({a for role in roles for a in _not_allowed(iam, role, WORKER_ACTIONS)}
+                             if roles else WORKER_ACTIONS)
+            path = node_path(name, "IamInstanceProfile")
+            if missing:
+                checks.fail(WORKER_CREDENTIALS, f"workers of type {name} (instance profile "
+                            f"{profile}) may not {', '.join(missing)}: they cannot write the "
+                            f"cluster's storage {storage}", f"allow the role of {profile} "
+                            f"{', '.join(WORKER_ACTIONS)} on it", path)
+            elif not passes:
+                checks.fail(WORKER_CREDENTIALS, f"the head's role (instance profile "
+                            f"{head_profile}) may not iam:PassRole, so the autoscaler cannot "
+                            f"launch workers of type {name} with instance profile {profile}",
+                            f"allow the head's role iam:PassRole on the role of {profile} "
+                            "(AmazonEC2FullAccess does not)", path)
+            else:
+                checks.ok(WORKER_CREDENTIALS, f"workers of type {name} write {storage} with "
+                          f"instance profile {profile}, which the head may pass", path)
+    except ClientError as exc:
+        checks.warn(WORKER_CREDENTIALS, f"could not read the instance profiles from IAM "
+                    f"({_error_code(exc)}): workers need s3:PutObject on {storage}, the head "
+                    "iam:PassRole on their role", None, where)
+    except BotoCoreError as exc:
+        checks.warn(WORKER_CREDENTIALS, f"could not ask IAM ({sdk_message(exc)}): workers need "
+                    f"s3:PutObject on {storage}, the head iam:PassRole on their role", None, where)
 
 
 def _not_allowed(iam: Any, role: str, actions: tuple[str, ...]) -> list[str]:

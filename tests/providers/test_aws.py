@@ -20,7 +20,7 @@ AL2022_ARM = "ami-0e9271c829888680e"
 
 
 def aws_yaml(zones="us-west-2a,us-west-2b", worker="g5.xlarge", image=UBUNTU_X86,
-             region="us-west-2", key_lines="", auth_extra="", spot=False):
+             region="us-west-2", key_lines="", auth_extra="", spot=False, worker_lines=""):
     market = "\n          InstanceMarketOptions: {MarketType: spot}" if spot else ""
     return f"""
     cluster_name: preflight-aws
@@ -40,7 +40,7 @@ def aws_yaml(zones="us-west-2a,us-west-2b", worker="g5.xlarge", image=UBUNTU_X86
       worker:
         node_config:
           InstanceType: {worker}
-          ImageId: {UBUNTU_X86}{market}
+          ImageId: {UBUNTU_X86}{market}{worker_lines}
         resources: {{}}
         min_workers: 0
         max_workers: 8
@@ -269,3 +269,50 @@ def test_a_head_profile_iam_does_not_know_warns_naming_what_it_needs(aws, cluste
 
 def test_without_autostop_the_head_credentials_are_not_checked(aws, cluster):
     assert by_name(check_cluster(cluster(aws_yaml())), "head credentials") == []
+
+
+STORAGE = "storage: s3://team-results/runs\n"
+S3_RW = {"Version": "2012-10-17", "Statement": [
+    {"Effect": "Allow", "Action": ["s3:PutObject", "s3:GetObject", "s3:ListBucket"],
+     "Resource": "*"}]}
+
+
+def test_workers_without_an_instance_profile_cannot_write_s3_storage(aws, cluster):
+    """Issue 52: Ray gives its instance profile to the head alone; a run of several workers on
+    `storage: s3://` failed in Ray at its first checkpoint (ACCESS_DENIED) on the simulated
+    cloud. `check` says so before the launch, at the worker type."""
+    result = only(check_cluster(cluster(aws_yaml() + STORAGE)), "worker credentials")
+    assert result.status == WARN
+    assert "workers of type worker get no AWS credentials" in result.detail
+    assert "s3://team-results/runs" in result.detail and "iam:PassRole" in result.hint
+    assert result.field == "available_node_types.worker.node_config.IamInstanceProfile"
+
+
+def test_a_worker_profile_rays_default_head_role_may_not_pass_fails(aws, cluster):
+    head_profile(aws, "workers-s3", policy=S3_RW)
+    yaml = aws_yaml(worker_lines=with_profile("workers-s3")) + STORAGE
+    result = only(check_cluster(cluster(yaml)), "worker credentials")
+    assert result.status == FAIL, result
+    assert "ray-autoscaler-v1" in result.detail and "may not iam:PassRole" in result.detail
+
+
+def test_a_worker_profile_with_s3_that_the_head_may_pass_passes(aws, cluster):
+    head_profile(aws, "workers-s3-2", policy=S3_RW)
+    head_profile(aws, "head-passes", managed="AmazonEC2FullAccess", policy={
+        "Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "*"}]})
+    yaml = aws_yaml(key_lines=with_profile("head-passes"),
+                    worker_lines=with_profile("workers-s3-2")) + STORAGE
+    result = only(check_cluster(cluster(yaml)), "worker credentials")
+    assert result.status == OK, result
+    # and a worker profile without S3 fails, naming what it lacks
+    head_profile(aws, "workers-none", policy={"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "ec2:Describe*", "Resource": "*"}]})
+    yaml = aws_yaml(key_lines=with_profile("head-passes"),
+                    worker_lines=with_profile("workers-none")) + STORAGE
+    result = only(check_cluster(cluster(yaml)), "worker credentials")
+    assert result.status == FAIL and "s3:PutObject" in result.detail, result
+
+
+def test_without_s3_storage_the_workers_credentials_are_not_checked(aws, cluster):
+    assert by_name(check_cluster(cluster(aws_yaml())), "worker credentials") == []
