@@ -7,8 +7,10 @@ AWS (S3 state, Secrets Manager tokens): AWS's API is faked at the wire, nothing 
             monkeypatch.setenv(key, value)      # boto3 here, and any child given .env, use it
         make_bucket(moto_server, "b")
 
-Each test gets its own server on a port the OS picked, stopped (and moto's data reset) after.
-Child processes reach it too: it answers on 127.0.0.1 as long as the test runs.
+One server per pytest process, on a port the OS picked, started for the first test that asks for
+it; moto's data is reset after each test, so each starts with moto's fresh AWS. (A server per
+test cost each test 0.5 s to stop: werkzeug polls for a shutdown twice a second; 70 tests of the
+fast tier paid it.) Child processes reach it too: it answers on 127.0.0.1.
 """
 from __future__ import annotations
 
@@ -26,27 +28,34 @@ class MotoServer:
     env: dict[str, str] = field(default_factory=dict)
 
 
+_SHARED: list[MotoServer] = []   # this process's server, once started
+
+
+def _shared() -> MotoServer:
+    if not _SHARED:
+        from moto.server import ThreadedMotoServer
+
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()   # its thread is a daemon: it ends with this process
+        host, port = server.get_host_and_port()
+        url = f"http://{host}:{port}"
+        _SHARED.append(MotoServer(url, {
+            "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION,
+            "AWS_EC2_METADATA_DISABLED": "true"}))
+    return _SHARED[0]
+
+
 @pytest.fixture
 def moto_server():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION,
-           "AWS_EC2_METADATA_DISABLED": "true"}
+    server = _shared()
     try:
-        yield MotoServer(url, env)
+        yield MotoServer(server.url, dict(server.env))
     finally:
         # moto's data lives in this process, not in the server: reset it for the next test
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            opener.open(urllib.request.Request(url + "/moto-api/reset", method="POST"),
-                        timeout=10).read()
-        finally:
-            server.stop()
+        opener.open(urllib.request.Request(server.url + "/moto-api/reset", method="POST"),
+                    timeout=10).read()
 
 
 def client(server: MotoServer, service: str):

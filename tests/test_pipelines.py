@@ -51,6 +51,10 @@ def commit_all(repo: Path) -> str:
 
 # ---------------------------------------------------------------- pre-commit hook
 
+# The hook's tests on one pytest-xdist worker: each worker would build `hooked` (10-20 s) again.
+PRE_COMMIT = pytest.mark.xdist_group("pre-commit")
+
+
 @pytest.fixture(scope="module")
 def hooked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A user's repository whose .pre-commit-config.yaml names this repository's hook, at the
@@ -98,6 +102,7 @@ def pre_commit_run(hooked: dict[str, Any], *files: str) -> subprocess.CompletedP
                           cwd=hooked["user"], env=hooked["env"], capture_output=True, text=True)
 
 
+@PRE_COMMIT
 def test_hook_fails_on_an_invalid_file_naming_it_and_the_field(hooked: dict[str, Any]) -> None:
     done = pre_commit_run(hooked, "bad.yaml", "cluster_configs/aws-gpu.yaml", "orchestrate.yaml")
     output = done.stdout + done.stderr
@@ -108,6 +113,7 @@ def test_hook_fails_on_an_invalid_file_naming_it_and_the_field(hooked: dict[str,
     assert "ok      orchestrate.yaml (project)" in output, output
 
 
+@PRE_COMMIT
 def test_hook_passes_good_files_and_leaves_other_yaml_alone(hooked: dict[str, Any]) -> None:
     others = [".gitlab-ci.yml", ".pre-commit-config.yaml", f".github/workflows/{WORKFLOWS[0].name}"]
     done = pre_commit_run(hooked, "cluster_configs/aws-gpu.yaml", "experiments/vit-cifar10.yaml",

@@ -76,7 +76,8 @@ class _JobApi:
                 self.send(200, json.dumps({"job_id": job_id, "submission_id": job_id}))
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
 
     def __enter__(self) -> JobsClient:
         self.thread.start()

@@ -95,7 +95,9 @@ class FakeCloud:
         context.load_cert_chain(self.cert, key)
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        # polled every 0.05 s, not the default 0.5 s: close() (after every test) waits for a poll
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
         self.thread.start()
 
     def route(self, method: str, path: str, reply, status: int = 200) -> None:

@@ -6,7 +6,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from ray.serve.schema import ServeDeploySchema
 
 from orchestrator.cli import main
 from orchestrator.contract import SERVE_DEPLOYMENT, SERVE_IMPORT_PATH
@@ -14,6 +13,14 @@ from orchestrator.language.service import load_service
 from orchestrator.render import service
 from orchestrator.workload.access import token_matches
 from orchestrator.workload.rows import rows_of
+
+
+def serve_schema():
+    """Ray Serve's schema of the REST API's PUT, imported when a test asks: ray.serve takes 1-2 s
+    to import, which every pytest process paid when it collected this file."""
+    from ray.serve.schema import ServeDeploySchema
+
+    return ServeDeploySchema
 
 
 def service_file(tmp_path: Path, text: str) -> Path:
@@ -37,7 +44,7 @@ batching: {max_batch_size: 8, batch_wait_timeout_s: 0.02}
     app = service.render_application(spec, checkpoint="/c", token_sha256="ab",
                                      package_uri="gcs://_ray_pkg_x.zip")
     config = service.render_config(app, service.http_options("127.0.0.1", 8123))
-    ServeDeploySchema.model_validate(config)  # Ray's own schema for the REST API's PUT
+    serve_schema().model_validate(config)  # Ray's own schema for the REST API's PUT
     (deployment,) = app["deployments"]
     assert app["import_path"] == SERVE_IMPORT_PATH and deployment["name"] == SERVE_DEPLOYMENT
     assert deployment["num_replicas"] == 2 and deployment["max_ongoing_requests"] == 16
@@ -64,7 +71,7 @@ auth: none
                                                 "target_ongoing_requests": 2}
     assert deployment["user_config"]["token_sha256"] is None
     assert deployment["user_config"]["auth"] == "none"
-    ServeDeploySchema.model_validate(service.render_config(app, service.http_options("h", 1)))
+    serve_schema().model_validate(service.render_config(app, service.http_options("h", 1)))
 
 
 def test_merge_keeps_the_other_applications_as_serve_reports_them():

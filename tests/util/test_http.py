@@ -29,7 +29,7 @@ class Handler(server_lib.BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     httpd = server_lib.HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_port}"

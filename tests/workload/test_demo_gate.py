@@ -21,7 +21,10 @@ from orchestrator.workload import demo_app, demo_page
 
 from .demo_server import AUTH, CARD, SECRET, TOKEN, serving
 
-pytest.importorskip("gradio", reason="the demo page's extra, orchestrate-ray[demo]")
+# Gradio (2.5-4 s to import) is imported by the tests that ask for `page`, not at collection (every
+# pytest process collects this file); the file's tests and the page's tests of test_demo_page.py
+# on one pytest-xdist worker, so one imports it.
+pytestmark = pytest.mark.xdist_group("gradio")
 
 
 def ask(url: str, method: str = "GET", headers: dict[str, str] | None = None,
@@ -58,6 +61,7 @@ def filled(path: str) -> str:
 
 @pytest.fixture(scope="module")
 def page() -> Iterator[Any]:
+    pytest.importorskip("gradio", reason="the demo page's extra, orchestrate-ray[demo]")
     with serving() as served:
         yield served
 

@@ -35,6 +35,10 @@ from tests.helpers import chromium
 
 from . import demo_server
 
+# The tests here that import Gradio (2.5-4 s), on the pytest-xdist worker of test_demo_gate.py's
+# (tests/tiers.py: one group)
+GRADIO = pytest.mark.xdist_group("gradio")
+
 TOKEN, SECRET = "s3cret-api-token", "d" * 64
 DIGEST = hashlib.sha256(TOKEN.encode()).hexdigest()
 DEMO_DIGEST = hashlib.sha256(SECRET.encode()).hexdigest()
@@ -219,6 +223,7 @@ def signed_in_here(state, base: str) -> contextlib.AbstractContextManager[SignIn
                   cookie=lambda: serve_demo.demo_cookie("svc", state))
 
 
+@GRADIO
 def test_a_browser_signed_in_by_the_link_gets_the_page_but_a_copied_secret_does_not(state):
     """Over HTTP on loopback, to the replica's gate and Gradio page (`demo_server`): the
     one-time link sets the cookie in a cookie jar (as a browser keeps it, by its Path) and the
@@ -255,6 +260,7 @@ def test_a_browser_signed_in_by_the_link_gets_the_page_but_a_copied_secret_does_
         assert status(base + "/svc/demo/", other)[0] == 401
 
 
+@GRADIO
 def test_the_page_in_chromium_signed_in_fills_the_form_and_shows_the_label(state, tmp_path):
     """The Gradio page as a person meets it: the one-time link opened in Chromium, the form
     prefilled from the card's example row, a row typed in, Predict, the label read; every
@@ -409,6 +415,7 @@ def test_the_users_own_app_is_checked_and_rendered_with_the_working_dir(tmp_path
     assert "demo_app" not in plain["deployments"][0]["user_config"]
 
 
+@GRADIO
 def test_the_users_own_app_is_served_behind_the_gate_with_the_models_predict(tmp_path,
                                                                             monkeypatch):
     """The user's Blocks, built by their function with the replica's predict, behind the
