@@ -1,5 +1,6 @@
-"""Autostop's takedown of a cloud cluster, run on its own head: Ray stopped here, then every node
-of the cluster stopped or terminated through Ray's node provider, workers first, this head last.
+"""Autostop's takedown of a cloud cluster, run on its own head: Ray's autoscaler, then Ray stopped
+here, then every node of the cluster stopped or terminated through Ray's node provider, workers
+first, this head last.
 
     cd ~/.orchestrate && python -m head.cloud_down [~/ray_bootstrap_config.yaml]
 
@@ -44,13 +45,14 @@ def down(bootstrap_path: str, log: Callable[[str], None]) -> int:
     """Take the whole cluster described by the bootstrap config down; 0 when every worker is
     gone and this head's own stop/termination was accepted (it may not return at all then)."""
     path = os.path.expanduser(bootstrap_path)
-    log(f"taking the cluster down from this head ({path}): Ray stopped here, then the workers, "
-        "then this head, through Ray's node provider")
+    log(f"taking the cluster down from this head ({path}): Ray's autoscaler then Ray stopped "
+        "here, then the workers, then this head, through Ray's node provider")
     try:
         config = _load(path)
     except (OSError, ValueError) as exc:
         log(f"cannot read the bootstrap config {path}: {exc}")
         return 1
+    _stop_autoscaler(log)
     _stop_ray(log)
     try:
         return _remove_nodes(config, log)
@@ -67,6 +69,54 @@ def _load(path: str) -> dict[str, Any]:
     if not isinstance(config, dict) or "provider" not in config or "cluster_name" not in config:
         raise ValueError("not a Ray cluster config (no provider or cluster_name)")
     return config
+
+
+# Ray's autoscaler on the head (v1 and v2 alike: ray/autoscaler/{_private,v2}/monitor.py)
+AUTOSCALER = ("autoscaler/_private/monitor.py", "autoscaler/v2/monitor.py")
+AUTOSCALER_STOP_S = 10
+
+
+def _autoscalers() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                line = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:   # gone meanwhile, or not ours to read
+            continue
+        if any(name in line for name in AUTOSCALER):
+            found.append(int(entry))
+    return found
+
+
+def _stop_autoscaler(log: Callable[[str], None]) -> None:
+    """Ray's autoscaler stopped before the rest of Ray: `ray stop` ends the raylet first, and the
+    autoscaler (v2), seeing the head's Ray stopped, terminates the head's own instance while it
+    still runs, before this takedown has removed the workers, which are left running (found on
+    the simulated AWS, tests/cluster/test_cloud_aws.py). SIGTERM, then SIGKILL after a wait."""
+    import signal
+
+    pids = _autoscalers()
+    if not pids:
+        log("Ray's autoscaler is not running here")
+        return
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + AUTOSCALER_STOP_S
+        while time.monotonic() < deadline and (pids := [p for p in pids
+                                                        if p in _autoscalers()]):
+            time.sleep(0.2)
+        if not pids:
+            log("Ray's autoscaler stopped, so that it neither replaces the workers nor ends "
+                "this head while they are removed")
+            return
+    log(f"Ray's autoscaler (pid {', '.join(map(str, pids))}) did not stop; going on")
 
 
 def _stop_ray(log: Callable[[str], None]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,12 @@ def run_on_head(config_path: Path, env: dict[str, str], tmp_path: Path):
     unshare = ["unshare", "--pid", "--fork", "--mount", "--mount-proc", "--kill-child"]
     if os.geteuid() != 0:
         unshare.insert(1, "--map-root-user")
-    script = 'mkdir -p /tmp/ray && mount -t tmpfs tmpfs /tmp/ray && exec "$@"'
+    # An autoscaler as Ray starts it on a head (`python .../ray/autoscaler/v2/monitor.py ...`),
+    # which the takedown must stop before `ray stop`: it would end the head's instance once
+    # the head's raylet stops (issue 52). It ignores nothing: SIGTERM ends it.
+    fake = "import time; time.sleep(600)"
+    script = ('mkdir -p /tmp/ray && mount -t tmpfs tmpfs /tmp/ray && '
+              f'("$1" -c {shlex.quote(fake)} /x/ray/autoscaler/v2/monitor.py &) && exec "$@"')
     command = unshare + ["sh", "-c", script, "sh", sys.executable, "-m", "head.cloud_down",
                          str(config_path)]
     env = {**os.environ, **env, "PATH": f"{spy}:{os.environ['PATH']}"}
@@ -119,6 +125,8 @@ def test_the_head_takes_its_whole_cluster_down_and_nothing_else(
     assert not ssh_called.exists(), ssh_called.read_text()
     log = done.stderr
     assert "`ray stop` exited 0" in log and "Did not find any active Ray processes" in log
+    # the autoscaler stopped before Ray (it would end this head while the workers are removed)
+    assert log.index("Ray's autoscaler stopped") < log.index("`ray stop` exited")
     # the head goes last, and that is said before it is asked
     assert log.index(workers[0]) < log.index(f"removing the head {head}")
 
