@@ -255,3 +255,23 @@ def test_the_watchdog_keeps_what_ended_at_each_look(ray, monkeypatch):
     look = watchdog._Watch(embedded.recorded().pid, State.here().secrets)
     assert watchdog._look(look) is False   # kept up (no idle limit): it goes on watching
     assert archive.read("ended").status == "FAILED" and archive.read("busy") is None
+
+
+def test_why_a_cloud_cluster_stopped_is_read_from_its_newest_archive(tmp_path):
+    """Issue 52: a cloud head's watcher takes its own machine down with the cluster, and its
+    file with it; `status` reads why from the archive it wrote first (the newest, written since
+    the cluster's last `up`), on the simulated cloud from S3 (tests/cluster/test_cloud_aws.py)."""
+    from orchestrator.cluster.archive import last_stop
+
+    config = {"cluster_name": "c", "metadata": {"orchestrate": {"archive": str(tmp_path)}}}
+    for name, reason, at in (("20261203T060000Z-down", "down", 1000.0),
+                             ("20261203T070000Z-idle-for-2-min", "idle for 2 min", 2000.0)):
+        folder = tmp_path / "c" / name
+        folder.mkdir(parents=True)
+        (folder / "stopped.json").write_text(json.dumps({"reason": reason, "at": at}))
+    found = last_stop("c", config, since=1500.0)
+    assert found == {"reason": "idle for 2 min", "at": 2000.0,
+                     "archive": str(tmp_path / "c" / "20261203T070000Z-idle-for-2-min")}
+    assert last_stop("c", config, since=2500.0) is None      # older than the last `up`
+    assert last_stop("other", config, since=0.0) is None      # no archive of that cluster
+    assert last_stop("c", {"cluster_name": "c"}, since=0.0) is None   # no `archive:`

@@ -213,6 +213,29 @@ def find_job(name: str, job_id: str, config: dict[str, Any] | None,
     return None
 
 
+def last_stop(name: str, config: dict[str, Any], since: float) -> dict[str, Any] | None:
+    """Why the cluster last stopped, from its newest archive at the location `config` names
+    (`stopped.json`: reason and time) when it was written at or after `since` (the cluster's
+    last `up`): what a cloud head's watcher said before it took its own machine down. None when
+    there is no such archive; ClusterError when the archive cannot be read."""
+    base = head_archive.location_of(config)
+    if base is None or not is_valid_name(name):
+        return None
+    for uri in _listed(f"{base.rstrip('/')}/{name}")[:1]:
+        parsed = urllib.parse.urlparse(uri)
+        try:
+            text = (_s3_text(uri, parsed.netloc, f"{parsed.path.strip('/')}/stopped.json")
+                    if parsed.scheme == "s3" else
+                    read_below(_folder(uri), _folder(uri) / "stopped.json"))
+            stopped = json.loads(text) if text else None
+        except (OSError, ValueError, Refused):
+            return None
+        at = _number((stopped or {}).get("at")) if isinstance(stopped, dict) else None
+        if stopped and at is not None and at >= since:
+            return {"reason": str(stopped.get("reason") or ""), "at": at, "archive": uri}
+    return None
+
+
 _LOG_FOLLOWS = "--- orchestrate: the job's log follows ---"
 
 

@@ -124,10 +124,29 @@ def autostop(record: ClusterRecord, state: State) -> dict[str, Any] | None:
         head_now = float(clock)
         found = json.loads(rest)
     except ClusterError as exc:
-        return {"error": exc.message}
+        return _from_archive(record, config) or {"error": exc.message}
     except ValueError:
         return {"error": "the watcher has written nothing yet"}
     return summary(found if isinstance(found, dict) else {}, now=head_now)
+
+
+def _from_archive(record: ClusterRecord, config: dict[str, Any]) -> dict[str, Any] | None:
+    """A cloud head that took its cluster down took its own machine (and the watcher's file)
+    with it: why is in the archive it wrote first, when the file names one."""
+    from .. import providers
+    from .archive import last_stop
+
+    if providers.get(record.provider).FIXED_HOSTS:
+        return None   # on-prem the head outlives its cluster: its own file says why
+    try:
+        stopped = last_stop(record.name, config, since=record.came_up)
+    except ClusterError:
+        return None
+    if stopped is None or stopped["reason"] in ("down",):
+        return None
+    return {**summary({"state": "stopped",
+                       "stopped": {"reason": stopped["reason"], "at": stopped["at"]}}),
+            "archive": stopped["archive"]}
 
 
 # The watcher writes its file every poll (10 s): a file older than this is a watcher that died.
