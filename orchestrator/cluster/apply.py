@@ -158,6 +158,8 @@ def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | Non
         _down(old, state, progress, timeout=options.down_timeout, forget=False)
         old = None
     backend = launch.backend(rendered, state, progress)
+    if old is not None and plan.action is not Action.UPDATE:
+        _forget_gone_hosts(old, rendered.config, state, progress)
     config_file = state.store.write_rendered(name, rendered.config)
     record = ClusterRecord(name=name, provider=rendered.provider, file=rendered.file,
                            config_hash=rendered.config_hash, state=LAUNCHING,
@@ -192,6 +194,30 @@ def apply(plan: ClusterPlan, rendered: RenderedCluster, recorded: Recorded | Non
                          progress) if options.wait else None
     _tell_watcher(record, rendered.config, state, progress, changed=True)
     return UpResult(record, plan, health)
+
+
+def _forget_gone_hosts(record: ClusterRecord, config: dict[str, Any], state: State,
+                       progress: Progress) -> None:
+    """Before a cloud cluster is launched again: when the cloud, asked with this machine's own
+    credentials, runs no head for it (autostop took it down, or the cloud did), its instances
+    are gone and so are the machines whose host keys were pinned; the new instances, which may
+    be given the old addresses, are pinned when first met. Nothing is forgotten when the cloud
+    cannot be asked, or on hosts that outlive their cluster (on-prem: a changed key there is
+    what pinning is for)."""
+    from ..launch.cloud_head import CloudUnasked, running_head, where
+
+    if record.provider not in providers.RAY_UP or providers.get(record.provider).FIXED_HOSTS \
+            or not known_hosts.path(state, record.name).read_text().strip():
+        return
+    try:
+        head = running_head(config)
+    except CloudUnasked:
+        return
+    if head is None:
+        known_hosts.forget(state, record.name)
+        progress(f"  {where(config)} runs no head of cluster {record.name}: its instances are "
+                 "gone, and the host keys pinned for them are forgotten (the new instances' are "
+                 "pinned when first met)")
 
 
 def _tell_watcher(record: ClusterRecord, config: dict[str, Any], state: State,
