@@ -22,7 +22,7 @@ from typing import Any
 from .. import providers
 from ..cluster.health import probe
 from ..errors import OrchestrateError, StateError
-from ..launch import known_hosts
+from ..launch import known_hosts, launcher_auth
 from ..reach.endpoint import open_cluster
 from ..reach.target import embedded_endpoint
 from ..state import UP, State, cluster_key, home
@@ -76,7 +76,9 @@ def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State,
 
 def _pins(machine: State, scratch: State, name: str) -> None:
     """The host keys this machine pinned for the cluster, where the scratch checkout's ssh
-    checks them: a head reached before must offer the same key again."""
+    checks them: a head reached before must offer the same key again; and the key pair Ray's
+    bootstrap made here for it, when the file names none (launch.launcher_auth)."""
+    launcher_auth.hand(machine, scratch, name)
     mine = pins(machine, name)
     if mine is not None:
         atomic_write(known_hosts.path(scratch, name), mine.read_text(errors="replace"),

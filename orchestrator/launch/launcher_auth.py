@@ -38,19 +38,31 @@ def keep(state: State, name: str) -> dict[str, str]:
     except (OSError, ValueError, AttributeError):
         return {}
     if kept:
-        target = state.store.workspace(name) / FILE
-        fd = os.open(target.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "w") as out:
-            json.dump(kept, out)
-        os.replace(target.with_suffix(".tmp"), target)
+        _write(state, name, kept)
     return kept
+
+
+def _write(state: State, name: str, kept: dict[str, str]) -> None:
+    target = state.store.workspace(name) / FILE
+    fd = os.open(target.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w") as out:
+        json.dump(kept, out)
+    os.replace(target.with_suffix(".tmp"), target)
 
 
 def read(state: State, name: str) -> dict[str, str]:
     """What `keep` recorded for the cluster ({} if nothing)."""
-    try:
-        data = json.loads((state.store.workspace(name) / FILE).read_text())
+    try:   # beside the rendered config, in the workspace; a read makes no folder
+        data = json.loads((state.store.rendered_path(name).parent / FILE).read_text())
     except (OSError, ValueError):
         return {}
     return {key: data[key] for key in _AUTH_KEYS if isinstance(data, dict)
             and isinstance(data.get(key), str)}
+
+
+def hand(machine: State, scratch: State, name: str) -> None:
+    """What `keep` recorded on this machine, for a scratch checkout of the cluster (a GitOps
+    plan's refresh) that reaches the head with this machine's key."""
+    kept = read(machine, name)
+    if kept:
+        _write(scratch, name, kept)
