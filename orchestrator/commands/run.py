@@ -67,7 +67,9 @@ def finish(ran: experiment.Ran, form: str, show: Callable[[dict[str, Any], str],
     if ran.interrupted:
         return 130
     if ran.summary is not None:
-        show(ran.summary, form)
+        # a script's next command (`logs JOB`) needs the job's id, as a detached run gives it
+        show({**ran.summary, "job_id": ran.job_id, "cluster": ran.cluster}
+             if form == "json" else ran.summary, form)
     elif form == "json":
         emit_json({"job_id": ran.job_id, "created": ran.created, "cluster": ran.cluster})
     else:
