@@ -31,7 +31,7 @@ import pytest
 from tests.processes import of_this_session
 
 RAY_FIXTURES = {"local_ray", "shared_ray", "trained"}   # a Ray, or runs trained on one
-SSH_FIXTURES = {"make_machine", "ssh_cluster", "sshd"}
+SSH_FIXTURES = {"make_machine", "ssh_cluster", "sshd", "cloud"}
 # What a test marked neither must not leave running (checked in /proc, before and after).
 STARTED = r"raylet|gcs_server|sshd -D|ray start"
 
@@ -123,10 +123,19 @@ WEIGHTS = {
     "test_faults.py::test_a_worker_dies_then_another_is_cut_off_then_down_with_one_dead": 250,
     "test_e2e.py": 239,
     "test_gitops.py": 233,
-    "test_ray_defaults.py": 170,
+    "test_cloud_aws.py::test_an_aws_cluster_goes_up_trains_scales_stops_itself_and_comes_back": 380,
+    "test_cloud_aws.py::test_a_project_with_state_in_s3_creates_updates_and_deletes_an_aws_cluster": 200,
     "test_faults.py::test_the_head_dies_while_run_follows": 151,
     "test_host_keys.py": 57,
     "test_faults.py::test_a_worker_unreachable_during_up": 47,
+    # fast tier (beside the local tier, 2026-12-03): groups of tests sharing a costly set-up, and
+    # the longest tests, first, so that neither worker is left with one at its end
+    "pre-commit": 25,   # test_pipelines.py: the hook's environment built once
+    "test_ray_agreement.py::test_generated_files_agree_with_ray": 19,
+    "keras": 15,        # test_tensorflow_units.py: Keras imported once
+    "test_generated.py::test_mutated_examples_are_refused_or_render_for_ray": 14,
+    "gradio": 12,       # test_demo_gate.py and test_demo_page.py: Gradio imported once
+    "test_cloud_down.py": 9,
 }
 
 

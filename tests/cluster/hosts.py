@@ -34,7 +34,7 @@ MADE: set[str] = set()   # the bridges, veths and namespaces this process made (
 # start`) looks at the cluster every second instead of every 5 s, so the workers of a `ray up`
 # join about 7 s sooner (measured: a 3-host `up` 19 s -> 12 s). The cluster file is untouched;
 # what `up` waits for (min_workers alive) is the same. Its load report is refreshed as often,
-# which hid a run refused right after `up` (issue 48): tests/cluster/test_ray_defaults.py runs
+# which hid a run refused right after `up` (issue 48): tests/cluster/test_cloud_aws.py runs
 # `up` then `run`, and a GitOps first apply, on hosts with Ray's defaults.
 MACHINE_ENVIRONMENT = {"AUTOSCALER_UPDATE_INTERVAL_S": "1"}
 REPO = Path(__file__).resolve().parents[2]
@@ -72,6 +72,8 @@ class Host:
     python_first: Path | None = None   # a folder put ahead of Ray's on the login shell's PATH
     environment: dict[str, str] = field(default_factory=dict)   # exported by the login shell
     ray_defaults: bool = False         # no MACHINE_ENVIRONMENT: Ray's intervals as users have them
+    authorized_keys: str | None = None  # its own (as cloud-init writes a key pair's), else the network's
+    users: tuple[str, ...] = ()        # login names besides root, each uid 0 with root's home
     process: subprocess.Popen | None = field(default=None, repr=False)
 
     @property
@@ -140,7 +142,7 @@ class Host:
             "ListenAddress 0.0.0.0:22",
             f"HostKey {self.host_key}",
             f"PidFile {self.folder / 'sshd.pid'}",
-            f"AuthorizedKeysFile {self.network.folder / 'authorized_keys'}",
+            f"AuthorizedKeysFile {self._authorized_keys_file()}",
             "PermitRootLogin prohibit-password",
             "StrictModes no",
             "PasswordAuthentication no",
@@ -153,6 +155,23 @@ class Host:
             "AllowTcpForwarding yes",
             "",
         ]))
+
+    def _authorized_keys_file(self) -> Path:
+        if self.authorized_keys is None:
+            return self.network.folder / "authorized_keys"
+        path = self.folder / "authorized_keys"
+        path.write_text(self.authorized_keys.rstrip("\n") + "\n")
+        return path
+
+    def _passwd(self) -> list[str]:
+        """Mounts giving the host its own /etc/passwd with `users` (a cloud image's `ubuntu`: uid 0
+        here, so that what Ray runs as that user may do what root may, as with passwordless sudo)."""
+        if not self.users:
+            return []
+        lines = Path("/etc/passwd").read_text().rstrip("\n").splitlines()
+        lines += [f"{user}:x:0:0:{user}:/root:/bin/bash" for user in self.users]
+        (self.folder / "passwd").write_text("\n".join(lines) + "\n")
+        return [f"mount --bind {self.folder / 'passwd'} /etc/passwd"]
 
     def start(self) -> None:
         """Boot the host: a fresh PID and mount namespace in its netns, with sshd as its init."""
@@ -176,6 +195,7 @@ class Host:
             f"mount --bind {self.folder / 'tmp-ray'} /tmp/ray",
             f"mount --bind {self.folder / 'hosts'} /etc/hosts",
             f"mount --bind {self.folder / 'resolv.conf'} /etc/resolv.conf",
+            *self._passwd(),
             *binds,
             f"mount --rbind {home} /root",
             f"exec /usr/sbin/sshd -D -e -f {self.folder / 'sshd_config'}",
@@ -299,10 +319,14 @@ class Network:
         for index in range(1, count + 1):
             self.add_host(**host_options.get(index, {}))
 
-    def add_host(self, **options) -> Host:
-        index = len(self.hosts) + 1
+    def add_host(self, ip: str | None = None, folder: Path | None = None, **options) -> Host:
+        """A new host (its own namespaces and link) at `ip` (default: the next free .1x address),
+        its files in `folder` (default: a new one; an earlier host's gives its host key and home,
+        as a machine booting again from its disk)."""
+        index = max((host.index for host in self.hosts), default=0) + 1
         host = Host(network=self, index=index, name=f"{self.tag}h{index}",
-                    ip=f"{self.subnet}.{10 + index}", folder=self.folder / f"h{index}", **options)
+                    ip=ip or f"{self.subnet}.{10 + index}", folder=folder or self.folder / f"h{index}",
+                    **options)
         self.hosts.append(host)
         MADE.update((host.name, host.veth))
         sh("ip", "netns", "add", host.name)
@@ -316,6 +340,14 @@ class Network:
         sh(*inside, "ip", "route", "add", "default", "via", f"{self.subnet}.1")
         host.start()
         return host
+
+    def remove_host(self, host: Host) -> None:
+        """Power off `host` and take its namespaces and link away (its folder stays)."""
+        with contextlib.suppress(Exception):
+            host.kill()
+        sh("ip", "link", "delete", host.veth, check=False)
+        sh("ip", "netns", "delete", host.name, check=False)
+        self.hosts.remove(host)
 
     def close(self) -> None:
         for host in self.hosts:

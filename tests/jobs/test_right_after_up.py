@@ -3,7 +3,8 @@ load report (`/api/cluster_status`, refreshed every AUTOSCALER_UPDATE_INTERVAL_S
 counts only the head, while the node table already lists every host. The dashboard is faked at
 the wire (a loopback server answering as Ray 2.60 does, the shapes trimmed from real answers);
 Ray's own job client and orchestrate's client talk to it over real HTTP. The same path on real
-hosts with Ray's default interval: tests/cluster/test_ray_defaults.py."""
+hosts with Ray's default interval: tests/cluster/test_cloud_aws.py (the simulated AWS's
+instances run Ray with its own settings)."""
 from __future__ import annotations
 
 import json
