@@ -41,7 +41,25 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), check=check, capture_output=True, text=True)
+    """`cmd`'s result; with `check`, a failure raises with what the command said (`ip`'s
+    "File exists" and "No such device" both exit 2)."""
+    done = subprocess.run(list(cmd), check=False, capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: "
+                           f"{(done.stderr or done.stdout).strip()}")
+    return done
+
+
+def _free_tag() -> str:
+    """A tag no link of this machine starts with: two networks made at once (the ssh tier's
+    two workers, a cloud's instances) never share a bridge's name."""
+    links = sh("ip", "-o", "link", "show").stdout
+    rng = random.SystemRandom()
+    for _ in range(100):
+        tag = f"{PREFIX}{rng.randrange(16**4):04x}"
+        if f" {tag}" not in links and not Path(f"/run/netns/{tag}h1").exists():
+            return tag
+    raise RuntimeError("no free tag for a simulated network")
 
 
 def _free_subnet() -> str:
@@ -298,8 +316,7 @@ class Network:
                 raise RuntimeError(f"simulated hosts need {tool} (iproute2, util-linux, "
                                    "openssh-server)")
         folder.mkdir(parents=True, exist_ok=True)
-        network = cls(folder=folder, tag=f"{PREFIX}{random.SystemRandom().randrange(16**4):04x}",
-                      subnet=_free_subnet())
+        network = cls(folder=folder, tag=_free_tag(), subnet=_free_subnet())
         try:
             network._make(count, options or {})
         except BaseException:
