@@ -14,7 +14,7 @@ The tiers (tests/tiers.py keeps each test's markers true):
     ray   the embedded Ray: Train, Data, Tune, Serve jobs, MLflow, the job API
     local the embedded Ray's own life cycle (tests that start and stop Rays of their own)
     ssh   simulated hosts over real SSH: `ray up`, faults, the dashboard in a browser
-    many  five runs at once on an embedded Ray of its own (beside ray)
+    many  three runs at once on an embedded Ray of its own (beside ray)
 
 Budgets are printed, never enforced: the suite's time is a budget the team keeps (CI has 40
 minutes on a 2-core machine, set-up included). Each tier has its own per-test timeout.
@@ -52,7 +52,8 @@ TIERS = (
     # time (its processes start one after another; the tier on one worker kept the machine 73 %
     # busy). The tests reading the trained runs stay on one worker (tests/tiers.py). A test's
     # limit is 900 s: the first test to read a trained run trains it inside its own time (the
-    # Keras sweep, 2 trials of 2 TensorFlow workers, took 540-800 s on a loaded machine), and a
+    # Keras sweep of 2 trials of 2 TensorFlow workers it was took 540-800 s on a loaded machine
+    # before 2026-12-03, when it became one run of 2 workers), and a
     # machine of this kind once ran the fast tier in 7:14 against 2:55 (2026-12-02, before its
     # bytecode was compiled: scripts/bytecode.py), where the MLP's first test took 427 s. A hung
     # test still fails.
@@ -65,9 +66,9 @@ TIERS = (
     # beside the others. The shared cluster's tests stay on one worker (xdist_group,
     # tests/tiers.py).
     Tier("ssh", "ssh", 1140, 600, ("-n", "2", "--dist", "loadgroup", "--no-loadscope-reorder")),
-    # Many runs at once on its own shared Ray (test_many_runs: five runs, most of the time Ray
-    # starting processes; 6:07 beside the ray tier, whose stage took 15:16, 2026-12-03; ten runs
-    # took 12:12 and the stage 21:31 in CI), beside the ray tier (STAGES): the limit is the
+    # Many runs at once on its own shared Ray (test_many_runs: three runs, most of the time Ray
+    # starting processes; five took 6:07 beside the ray tier, whose stage took 15:16, and ten
+    # 12:12 with the stage 21:31 in CI), beside the ray tier (STAGES): the limit is the
     # test's own deadline (900 s for the runs to end).
     Tier("many", "many_runs and not ssh", 420, 900),
 )

@@ -104,8 +104,8 @@ WEIGHTS = {
     "trained-boosted": 310,
     "trained-mlp": 290,
     "trained-images": 210,   # test_images.py: its CNN trained, predicted and served
-    # test_tensorflow.py: a 2-trial sweep of 2 Keras workers each, predicted and served, and the
-    # user's loop (540-800 s on a machine loaded by three other test runs): handed out early
+    # test_tensorflow.py: a run of 2 Keras workers, predicted and served, and the user's loop:
+    # handed out early
     "trained-tensorflow": 300,
     "test_run_control.py::test_a_run_stopped_half_way_resumes_to_the_configured_epochs": 95,
     "test_environment.py::test_packages_variables_secrets_and_excludes_reach_the_job": 88,

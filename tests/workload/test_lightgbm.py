@@ -1,5 +1,5 @@
 """`trainer: lightgbm` end to end on the embedded local Ray: the session's LightGBM run, a Tune
-sweep of two data-parallel trials tracked in MLflow, then `orchestrate predict` and
+trial of two data-parallel workers tracked in MLflow, then `orchestrate predict` and
 `orchestrate serve` of its best checkpoint, whose answers are checked against the same
 checkpoint and fitted preprocessor applied here with LightGBM's own API."""
 from __future__ import annotations
@@ -37,32 +37,33 @@ def expected(booster, card: dict, preprocessor, frame: pd.DataFrame) -> np.ndarr
 
 
 @pytest.mark.xdist_group("trained-boosted")
-def test_a_sweep_is_tuned_tracked_and_predicted(trained, tmp_path, capsys, monkeypatch):
+def test_a_tune_trial_is_tracked_and_predicted(trained, tmp_path, capsys, monkeypatch):
     lgbm = trained.lightgbm
-    lgbm.use(monkeypatch)   # `predict` finds the sweep as the experiment file's latest run
+    lgbm.use(monkeypatch)   # `predict` finds the Tune run as the experiment file's latest run
     summary = lgbm.summary
     assert_results_written(summary, metrics=METRICS)
     assert (summary["metric"], summary["mode"]) == ("valid-binary_logloss", "min")  # the default
-    assert sorted(t["params"]["params.num_leaves"] for t in summary["trials"]) == [4, 8]
+    # one trial: its config holds the grid's value (`params` lists only what differs)
+    assert [t["config"]["params"]["num_leaves"] for t in summary["trials"]] == [8]
     assert all(t["error"] is None and t["epochs"] == 5 for t in summary["trials"])
     assert summary["metrics"]["valid-binary_error"] < 0.2
     checkpoint, run, booster, card, preprocessor = best_of(summary)
     assert card["trainer"] == "lightgbm" and card["class_names"] == [0, 1]
     assert booster.current_iteration() == 5 and run.parent == Path(summary["run_path"])
 
-    # tracked: the sweep is a parent run, each trial a child with its five rounds
+    # tracked: the Tune run is a parent run, its trial a child with its five rounds
     mlflow = client(str(lgbm.path.parent / "mlruns"), monkeypatch)
     parent = mlflow.get_run(summary["tracking"]["run_id"])
     assert parent.data.params["tune.metric"] == "valid-binary_logloss"
     children = mlflow.search_runs([parent.info.experiment_id],
                                   f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-    assert sorted(c.data.params["params.num_leaves"] for c in children) == ["4", "8"]
+    assert [c.data.params["params.num_leaves"] for c in children] == ["8"]
     for child in children:
         assert child.info.status == "FINISHED"
         assert [m.step for m in mlflow.get_metric_history(child.info.run_id,
                                                           "valid-binary_logloss")] == [1, 2, 3, 4, 5]
 
-    # predicted from the experiment file: its latest run (the sweep), its best checkpoint
+    # predicted from the experiment file: its latest run (the Tune run), its best checkpoint
     assert_predicted(capsys, lgbm.path, tmp_path / "out", checkpoint,
                      lambda frame: expected(booster, card, preprocessor, frame), rtol=1e-6)
 

@@ -1,8 +1,8 @@
-"""`trainer: tensorflow` end to end on the embedded local Ray: the session's Keras MLP, a Tune
-sweep of two trials of two workers each under MultiWorkerMirroredStrategy, tracked in MLflow,
-then `orchestrate predict` and `orchestrate serve` of its best checkpoint, whose answers are
-checked against the same `model.keras` and fitted preprocessor applied here with Keras's own API;
-and the user's own TensorFlow loop (experiments/keras-loop.yaml) as shipped."""
+"""`trainer: tensorflow` end to end on the embedded local Ray: the session's Keras MLP, two
+workers under MultiWorkerMirroredStrategy, tracked in MLflow, then `orchestrate predict` and
+`orchestrate serve` of its best checkpoint, whose answers are checked against the same
+`model.keras` and fitted preprocessor applied here with Keras's own API; and the user's own
+TensorFlow loop (experiments/keras-loop.yaml) as shipped."""
 from __future__ import annotations
 
 import json
@@ -48,36 +48,37 @@ def expected(model, card: dict, preprocessor, frame: pd.DataFrame) -> np.ndarray
 
 
 @pytest.mark.xdist_group("trained-tensorflow")
-def test_a_keras_sweep_is_tuned_tracked_and_predicted(trained, tmp_path, capsys, monkeypatch):
+def test_a_keras_run_is_trained_tracked_and_predicted(trained, tmp_path, capsys, monkeypatch):
     tf_run = trained.tensorflow
     tf_run.use(monkeypatch)
     summary = tf_run.summary
     assert_results_written(summary)
-    assert (summary["metric"], summary["mode"]) == ("loss", "min")   # the trainer's default
-    assert sorted(t["params"]["train_loop_config.lr"] for t in summary["trials"]) == [0.01, 0.05]
-    assert all(t["error"] is None and t["epochs"] == 2 for t in summary["trials"])
     assert summary["metrics"]["accuracy"] > 0.85
     checkpoint, run, model, card, preprocessor = best_of(summary)
     assert card["trainer"] == "tensorflow" and card["class_names"] == [0, 1]
     assert json.loads((checkpoint / "state.json").read_text())["epoch"] in (0, 1)
-    assert run.parent == Path(summary["run_path"])
+    assert run == Path(summary["run_path"])
+    # the best by accuracy (run_config): the kept checkpoint is the epoch with the highest
+    history = json.loads((run / "orchestrate" / "metrics.json").read_text())
+    assert [row["epoch"] for row in history] == [1, 2]
+    best = max(history, key=lambda row: row["accuracy"])
+    assert best.get("checkpoint") == str(checkpoint), history
 
-    # tracked: the sweep is a parent run, each trial a child with its two epochs
+    # tracked: one run, a point per epoch, the final metrics those of the summary
     mlflow = client(str(tf_run.path.parent / "mlruns"), monkeypatch)
-    parent = mlflow.get_run(summary["tracking"]["run_id"])
-    assert parent.data.params["tune.metric"] == "loss"
-    children = mlflow.search_runs([parent.info.experiment_id],
-                                  f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
-    assert sorted(c.data.params["train_loop_config.lr"] for c in children) == ["0.01", "0.05"]
-    for child in children:
-        assert child.info.status == "FINISHED"
-        assert [m.step for m in mlflow.get_metric_history(child.info.run_id, "accuracy")] == [1, 2]
+    tracked = mlflow.get_run(summary["tracking"]["run_id"])
+    assert tracked.info.status == "FINISHED" and tracked.info.run_name == summary["name"]
+    assert tracked.data.params["train_loop_config.lr"] == "0.05"
+    assert tracked.data.params["scaling_config.num_workers"] == "2"
+    for metric in ("loss", "accuracy"):
+        assert [m.step for m in mlflow.get_metric_history(tracked.info.run_id, metric)] == [1, 2]
+        assert tracked.data.metrics[metric] == pytest.approx(summary["metrics"][metric])
 
-    # `results` reads the sweep as it reads torch's
+    # `results` reads it as it reads torch's
     assert main(["results", summary["name"], "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["metrics"] == summary["metrics"]
 
-    # predicted from the experiment file: its latest run (the sweep), its best checkpoint
+    # predicted from the experiment file: its latest run, its best checkpoint
     assert_predicted(capsys, tf_run.path, tmp_path / "out", checkpoint,
                      lambda frame: expected(model, card, preprocessor, frame), rtol=1e-5, atol=1e-6)
 
