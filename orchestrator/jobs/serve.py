@@ -35,7 +35,9 @@ from ..util.ports import free_port
 from ..util.progress import Progress
 from ..util.waiting import poll
 from .experiment import latest_run
-from .serve_client import ServeClient, routes, running_configs
+from .serve_client import PortTaken, ServeClient, routes, running_configs
+
+PORT_TRIES = 3    # ports picked free for the embedded Ray's Serve proxy, before giving up
 
 
 @dataclass(frozen=True)
@@ -96,14 +98,42 @@ def _host(cluster: ClusterRecord | None) -> str:
 
 
 def _http_options(details: dict[str, Any], host: str, spec: ServiceSpec,
-                  cluster: ClusterRecord | None) -> dict[str, Any]:
-    """Serve's proxy options: those of a Serve already running (they cannot change), else the
-    head's address (or loopback) and the service's port (the embedded Ray: a free one)."""
+                  cluster: ClusterRecord | None) -> tuple[dict[str, Any], str]:
+    """Serve's proxy options, and where they come from: those of a Serve already running
+    ("running": they cannot change), else the head's address (or loopback) and the service's
+    port ("given"; a cluster's default too), or for the embedded Ray a free one ("picked")."""
     current = details.get("http_options") or {}  # present only while Serve runs
     if current.get("port"):
-        return dict(current)
-    port = spec.document.get("http_port") or (render.DEFAULT_PORT if cluster else free_port())
-    return render.http_options(host, int(port))
+        return dict(current), "running"
+    port = spec.document.get("http_port") or (render.DEFAULT_PORT if cluster else None)
+    if port:
+        return render.http_options(host, int(port)), "given"
+    return render.http_options(host, free_port()), "picked"
+
+
+def _start(serve: ServeClient, details: dict[str, Any], options: dict[str, Any], source: str,
+           apps: list[dict[str, Any]], progress: Progress) -> dict[str, Any]:
+    """PUT the applications; the options Serve took. Serve's proxy binds its port only after
+    the PUT, and keeps the options it started with until it stops: so when it could not bind
+    a port because another process holds it, a Serve this PUT started is shut down again (not
+    left unable to serve on any port), and a port picked free (bound by that other process in
+    between) is replaced by another free one. Serve was not running before, so no other
+    service stops."""
+    for attempt in range(1, PORT_TRIES + 1):
+        try:
+            serve.put(details, options, apps)
+            return options
+        except PortTaken as exc:
+            if source != "running":
+                serve.shutdown()
+            if source != "picked" or attempt == PORT_TRIES:
+                hint = ("set another http_port in the service file, or stop the process that "
+                        "holds that port") if source == "given" else None
+                raise ServeError(exc.message, hint=hint) from None
+            progress(f"port {options['port']} was taken before Serve could bind it; "
+                     f"starting Serve on another")
+            options = render.http_options(options["host"], free_port())
+    raise AssertionError("unreachable")
 
 
 def _same(deployed: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
@@ -171,7 +201,7 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
         running = running_configs(details)
         ours = next((a for a in running if a.get("name") == spec.name), None)
         url_host = _host(cluster)
-        options = _http_options(details, url_host, spec, cluster)
+        options, source = _http_options(details, url_host, spec, cluster)
         wanted = render.render_application(spec, checkpoint=checkpoint, token_sha256=digest,
                                            package_uri=serve.upload_package(),
                                            demo_sha256=demo_digest,
@@ -184,7 +214,8 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
         changed = not (_same(ours, wanted) and status == "RUNNING")
         if changed:
             progress(f"deploying {spec.name} ({checkpoint}) to {endpoint.label}")
-            serve.put(details, options, render.merge(running, wanted))
+            options = _start(serve, details, options, source, render.merge(running, wanted),
+                             progress)
             status = serve.wait(spec.name, progress)
         with reach(url_host, int(options["port"]), cluster, state) as base:
             _healthy(base, spec.route_prefix)

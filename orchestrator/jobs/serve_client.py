@@ -6,6 +6,7 @@ the jobs client (`client.JobsClient`); failures become ServeError naming the end
     serve.put(details, http_options, apps)        # PUT: declarative over every application
     serve.wait(name, progress)                    # until RUNNING (DEPLOY_FAILED: ServeError)
     serve.wait(name, progress, gone=True)         # until Serve no longer lists it
+    serve.shutdown()                              # DELETE: Serve and all its applications
 """
 from __future__ import annotations
 
@@ -19,6 +20,13 @@ from ..util.waiting import poll
 
 API = "/api/serve/applications/"
 DEPLOY_TIMEOUT = 600.0
+# What Ray's proxy raises when its port is bound already (serve/_private/http_util.py,
+# `start_asgi_http_server`); the dashboard answers the PUT with it.
+BIND_FAILED = "Failed to bind to address"
+
+
+class PortTaken(ServeError):
+    """Serve's proxy could not bind its port: another process holds it."""
 
 
 class ServeClient:
@@ -50,8 +58,18 @@ class ServeClient:
             http.send_json(self.endpoint.address, API, self.endpoint.token, body, method="PUT",
                            timeout=60)
         except http.HttpError as exc:
-            raise ServeError(f"{self.endpoint.label}: Serve refused the applications: "
-                             f"{exc}") from None
+            kind = PortTaken if BIND_FAILED in str(exc) else ServeError
+            raise kind(f"{self.endpoint.label}: Serve refused the applications: "
+                       f"{exc}") from None
+
+    def shutdown(self) -> None:
+        """Serve stops, with every application (Ray's `serve.shutdown`); a Serve whose proxy
+        failed to start keeps the options it was started with until then."""
+        try:
+            http.send_json(self.endpoint.address, API, self.endpoint.token, None,
+                           method="DELETE", timeout=120)
+        except http.HttpError as exc:
+            raise ServeError(f"{self.endpoint.label}: Serve did not shut down: {exc}") from None
 
     def upload_package(self) -> str:
         """orchestrate's package in the cluster's GCS, as `ray job submit` uploads py_modules

@@ -101,11 +101,12 @@ def get_bytes(address: str, path: str, token: str | None, *, timeout: float = 5,
 
 def send_json(address: str, path: str, token: str | None, body: Any, *, method: str = "PUT",
               timeout: float = 30) -> Any:
-    """`method` the JSON `body` to `address + path` with the token; the decoded answer (None
-    when empty), or HttpError with the answer's text."""
+    """`method` the JSON `body` (None: no body) to `address + path` with the token; the
+    decoded answer (None when empty), or HttpError with the answer's text."""
     headers = dict(bearer(token), **{"Content-Type": "application/json"})
-    request = urllib.request.Request(address.rstrip("/") + path, data=json.dumps(body).encode(),
-                                     headers=headers, method=method)
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(address.rstrip("/") + path, data=data, headers=headers,
+                                     method=method)
     try:
         with _open(request, timeout) as response:
             text = response.read()

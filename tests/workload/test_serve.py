@@ -11,14 +11,17 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pandas as pd
 import pytest
 import yaml
 
 from orchestrator.cli import main
+from orchestrator.jobs import serve as serving
 from orchestrator.state import State, demo_key
 from orchestrator.workload import demo_page
+from tests.squatters import Squatter
 
 from .demo_browser import predict_with, refused, same_answer, screenshot, signed_in, status_of
 from .test_predict import card_of
@@ -227,6 +230,47 @@ def check_table_page(url: str, token: str, secret: str, card: dict, frame: pd.Da
         same_answer(shown["label"], answer["predictions"][0])
         screenshot(driver, "demo-table.png")
         refused(url, "cancer", report["sign_in_url"], tmp_path / "profile-b")
+
+
+@pytest.mark.ray
+@pytest.mark.xdist_group("trained-boosted")
+def test_a_port_another_process_holds_is_given_up_not_kept(trained, local_ray, tmp_path,
+                                                           capsys, monkeypatch):
+    """Serve's proxy binds its port only after the PUT that starts Serve, and a Serve keeps the
+    options it started with until it stops. A port another process holds (here a listener that
+    records what it is sent) must not leave Serve started on it: a port the file gives is
+    refused, naming it, and Serve is shut down again; a port picked free for the embedded Ray
+    that another process bound in between is replaced by another (seen once in the ray tier,
+    "Failed to bind to address '127.0.0.1:43027'"). The first pick is made to be the held
+    port; Serve, the refusal's text and the shutdown are Ray's own."""
+    xgb = trained.xgboost
+    xgb.use(monkeypatch)
+    model = {"experiment": str(xgb.path)}
+    squatter = Squatter(tmp_path / "squatter.log")
+    try:
+        given = write_service(tmp_path, "held", model=model, route_prefix="/held",
+                              http_port=squatter.port, resources_per_replica={"cpus": 0.5})
+        assert main(["serve", str(given)]) == 1
+        err = capsys.readouterr().err
+        assert f"Failed to bind to address '127.0.0.1:{squatter.port}'" in err, err
+        assert "set another http_port" in err and "Traceback" not in err
+
+        picks = iter([squatter.port])
+        real = serving.free_port
+        monkeypatch.setattr(serving, "free_port", lambda: next(picks, None) or real())
+        service = write_service(tmp_path, "moved", model=model, route_prefix="/moved",
+                                resources_per_replica={"cpus": 0.5})
+        code, served, err = serve_json(capsys, service)
+        assert code == 0, err   # without the shutdown above, Serve would still want the port
+        assert next(picks, None) is None, "the held port was never offered"
+        assert f"port {squatter.port} was taken before Serve could bind it" in err
+        assert urlparse(served["url"]).port != squatter.port
+        assert call(served["url"] + "/healthz") == (200, {"status": "ok"})
+        status, answer = call(served["url"] + "/metadata", token=served["token"])
+        assert status == 200, answer
+        assert squatter.received == b"", "a request reached the process holding the port"
+    finally:
+        squatter.close()
 
 
 def test_serving_a_run_that_never_happened(tmp_path, capsys):
