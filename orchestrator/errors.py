@@ -118,6 +118,11 @@ class ClusterError(OrchestrateError):
     """Launching, reaching or tearing down a cluster failed."""
 
 
+class KeyRefused(ClusterError):
+    """The head's sshd refused every key this machine offered: it runs, but this machine may
+    not log in (another runner's key pair, a key not in its authorized_keys)."""
+
+
 class NotContacted(ClusterError):
     """Nothing reached the cluster (no kubeconfig, an unknown context): nothing of it changed,
     so what is recorded of it still holds."""

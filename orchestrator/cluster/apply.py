@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import launch, providers
 from ..actions import Action
-from ..errors import ClusterError, NotContacted, OrchestrateError, PreflightError
+from ..errors import ClusterError, KeyRefused, NotContacted, OrchestrateError, PreflightError
 from ..language.cluster import ClusterSpec
 from ..launch import known_hosts
 from ..reach.endpoint import open_cluster
@@ -68,7 +68,8 @@ def refresh(record: ClusterRecord | None, state: State, progress: Progress) -> H
     # A cluster that does not answer is planned a restart, which stops its jobs: a busy head
     # (a dashboard slow to answer or answering 500/429, an SSH forward slow to open) is asked
     # once more, waiting longer, before it is taken for gone. A refused token is an answer, and
-    # a cluster nothing could reach (no kubeconfig) is not busy: neither is asked again.
+    # a cluster nothing could reach (no kubeconfig) is not busy: neither is asked again. A head
+    # that refuses this machine's key runs: `up` stops there, saying so.
     for attempt, (timeout, answer_timeout) in enumerate(PROBE_WAITS):
         if attempt:
             time.sleep(PROBE_PAUSE_S)
@@ -77,6 +78,9 @@ def refresh(record: ClusterRecord | None, state: State, progress: Progress) -> H
         except (TokenRefused, NotContacted) as exc:
             progress(f"cluster {record.name} is recorded as up but {exc.message}")
             return None
+        except KeyRefused as exc:   # it runs, but this machine may not log in: no restart
+            raise ClusterError(f"cluster {record.name} is recorded as up, but {exc.message}",
+                               hint=exc.hint) from None
         except ClusterError as exc:
             again = attempt + 1 < len(PROBE_WAITS)
             progress(f"cluster {record.name} is recorded as up but {exc.message}"

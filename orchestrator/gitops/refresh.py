@@ -21,7 +21,7 @@ from typing import Any
 
 from .. import providers
 from ..cluster.health import probe
-from ..errors import OrchestrateError, StateError
+from ..errors import KeyRefused, OrchestrateError, StateError
 from ..launch import known_hosts, launcher_auth
 from ..reach.endpoint import open_cluster
 from ..reach.target import embedded_endpoint
@@ -70,6 +70,8 @@ def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State,
             except HttpError as exc:
                 return ClusterLive(health, f"its job table did not answer: {exc}", note=note)
             return ClusterLive(health, None, jobs, note=note)
+    except KeyRefused as exc:   # it runs, but this machine may not log in: not a dead head
+        return ClusterLive(None, f"{exc.message} ({exc.hint})", asked=False, note=note)
     except OrchestrateError as exc:
         return ClusterLive(None, exc.message, note=note)
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-from ..errors import ClusterError
+from ..errors import ClusterError, KeyRefused
 from ..state import ClusterRecord, State
 from ..util import http, processes, ssh
 from ..util.processes import dies_with_parent, handing_signals_to, stop_child_group
@@ -46,14 +46,24 @@ def rendered(record: ClusterRecord, state: State) -> dict[str, Any]:
 
 def auth(record: ClusterRecord, state: State) -> dict[str, Any]:
     """The auth section `ray up` was given, completed by what Ray's bootstrap filled in (the key
-    pair it made where the file names no `ssh_private_key`: `launcher_auth`), with the
+    pair it made where the file names no `ssh_private_key`: `launcher_auth`; where this
+    machine never launched it, the running head's key pair if its key file is here), with the
     cluster's pinned host keys: what every connection of ours to its hosts uses."""
-    given = dict(rendered(record, state).get("auth") or {})
+    config = rendered(record, state)
+    given = dict(config.get("auth") or {})
     if not given.get("ssh_private_key"):
-        given.update({key: value for key, value in launcher_auth.read(state, record.name).items()
+        kept = launcher_auth.read(state, record.name) or \
+            launcher_auth.found(state, record.name, config)
+        given.update({key: value for key, value in kept.items()
                       if key not in given or key == "ssh_private_key"})
     return known_hosts.pinned(given, state, record.name)
 
+
+# Where the head refuses this machine's key: most often a cluster another runner launched with
+# the key pair Ray's bootstrap made there (the file names none).
+KEY_HINT = ("this machine's key is not one the head accepts: run this where the cluster was "
+            "launched, or name a key in the file's auth.ssh_private_key whose public key is on "
+            "the nodes")
 
 FORWARD_PREFIX = "orc-fwd-"
 # orc-fwd-NAMESPACE-PID-RANDOM: the PID namespace (the inode of /proc/self/ns/pid) and the pid of
@@ -213,8 +223,11 @@ def _wait_forward(process: subprocess.Popen[str], socket_path: str, port: int, h
                 os.set_blocking(process.stderr.fileno(), True)
             error = ("".join(said) + (process.stderr.read() if process.stderr else "")) \
                 .strip().splitlines()
-            raise ClusterError(f"could not open an SSH port forward to the head {head_ip}: "
-                               f"{error[-1] if error else f'ssh exited with {process.returncode}'}")
+            last = error[-1] if error else f"ssh exited with {process.returncode}"
+            message = f"could not open an SSH port forward to the head {head_ip}: {last}"
+            if "Permission denied (publickey" in last:
+                raise KeyRefused(message, hint=KEY_HINT)
+            raise ClusterError(message)
         if not os.path.exists(socket_path):
             return None
         if http.answers(f"http://127.0.0.1:{port}"):

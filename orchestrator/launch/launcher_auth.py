@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from ..state import State
 
@@ -66,3 +67,20 @@ def hand(machine: State, scratch: State, name: str) -> None:
     kept = read(machine, name)
     if kept:
         _write(scratch, name, kept)
+
+
+def found(state: State, name: str, config: dict[str, Any]) -> dict[str, str]:
+    """For a cluster whose `ray up` this machine never ran (another runner of the project did)
+    and whose file names no key: the key file of the running head's key pair, if it is here,
+    where Ray's bootstrap writes it (a runner sharing the home of the one that launched it
+    has it; one on another machine does not, and cannot log in); recorded as `keep` would.
+    {} when the provider says of none (`bootstrap_key`)."""
+    from .. import providers
+
+    site = providers.RAY_UP.get(str((config.get("provider") or {}).get("type")))
+    path = site.bootstrap_key(config) if site is not None else None
+    if path is None:
+        return {}
+    kept = {"ssh_private_key": path}
+    _write(state, name, kept)
+    return kept

@@ -541,3 +541,30 @@ def _listed(value: Any) -> list[Any]:
 
 def location(config: Config) -> str:
     return f"AWS {(config.get('provider') or {}).get('region', '?')}"
+
+
+def bootstrap_key(config: Config) -> str | None:
+    """`~/.ssh/<KeyName>.pem` of the cluster's running head (Ray's tags) if that file exists:
+    where Ray's bootstrap (`key_pair` in ray/autoscaler/_private/aws/config.py) writes the key
+    of the pair it makes; None when it does not, or the cloud could not be asked (the caller
+    then says that the head refused this machine's key)."""
+    import botocore.exceptions
+
+    provider = config.get("provider") or {}
+    try:
+        ec2 = _client(_session(provider.get("region")), "ec2", provider.get("region"))
+        found = ec2.describe_instances(Filters=[
+            {"Name": "tag:ray-cluster-name", "Values": [str(config.get("cluster_name"))]},
+            {"Name": "tag:ray-node-type", "Values": ["head"]},
+            {"Name": "instance-state-name", "Values": ["running"]}])
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError):
+        return None
+    names = {i.get("KeyName") for r in found.get("Reservations", []) for i in r["Instances"]}
+    names.discard(None)
+    if len(names) != 1:
+        return None
+    name = str(names.pop())
+    if "/" in name or name.startswith("."):   # the cloud's answer names a file: a plain name
+        return None
+    path = os.path.expanduser(f"~/.ssh/{name}.pem")
+    return path if os.path.isfile(path) else None

@@ -306,3 +306,8 @@ def location(config: Config) -> str:
     provider = config.get("provider") or {}
     return (f"Azure resource group {provider.get('resource_group', '?')} "
             f"({provider.get('location', '?')})")
+
+
+def bootstrap_key(config: Config) -> str | None:
+    """None: Azure's launcher takes the key the file names."""
+    return None

@@ -204,6 +204,10 @@ class RayUpSite(Protocol):
     def location(self, config: Config) -> str:
         """Where the config's cluster lives, for messages: `AWS us-west-2`."""
 
+    def bootstrap_key(self, config: Config) -> str | None:
+        """For a config naming no ssh key: the key file Ray's bootstrap wrote on this machine
+        for the running head's key pair, if it is here (None: none, or not here)."""
+
 
 class Checks:
     """Collects the results for one cluster spec, attaching each field's dotted path and line."""

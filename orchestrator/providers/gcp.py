@@ -515,3 +515,8 @@ def _check_quotas(checks: Checks, project: Any, region: Any, needs: Needs) -> No
 def location(config: Config) -> str:
     provider = config.get("provider") or {}
     return f"GCP project {provider.get('project_id', '?')} ({provider.get('region', '?')})"
+
+
+def bootstrap_key(config: Config) -> str | None:
+    """None: GCP's bootstrap puts its key in the project's metadata, not in the instance: not looked for."""
+    return None

@@ -373,3 +373,8 @@ def check(spec: ClusterView) -> list[CheckResult]:
 def location(config: Config) -> str:
     coordinator = (config.get("provider") or {}).get("coordinator_address")
     return f"the coordinator at {coordinator}" if coordinator else "the hosts of the file"
+
+
+def bootstrap_key(config: Config) -> str | None:
+    """None: the hosts' key is the one the file names."""
+    return None

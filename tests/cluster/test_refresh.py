@@ -107,3 +107,23 @@ def test_a_cluster_nothing_could_reach_is_not_asked_again(state, quick, monkeypa
     said: list[str] = []
     assert apply.refresh(record("http://10.0.0.5:8265"), state, said.append) is None
     assert len(calls) == 1 and len(said) == 1 and "asking again" not in said[0]
+
+
+def test_a_head_that_refuses_this_machines_key_is_not_restarted(state, quick, monkeypatch):
+    """A head whose sshd refuses this machine's key runs (another runner launched it with the
+    key pair Ray's bootstrap made there): `up` stops, naming the fix, rather than plan a restart
+    it could not carry out either; the head is asked once."""
+    from orchestrator.errors import ClusterError, KeyRefused
+    from orchestrator.launch.head import KEY_HINT
+
+    calls = []
+
+    def refused(*args, **kwargs):
+        calls.append(kwargs)
+        raise KeyRefused("could not open an SSH port forward to the head 10.0.0.5: "
+                         "ubuntu@10.0.0.5: Permission denied (publickey).", hint=KEY_HINT)
+    monkeypatch.setattr(apply, "probe_cluster", refused)
+    with pytest.raises(ClusterError) as raised:
+        apply.refresh(record("http://10.0.0.5:8265"), state, [].append)
+    assert "Permission denied" in raised.value.message and "recorded as up" in raised.value.message
+    assert "auth.ssh_private_key" in (raised.value.hint or "") and len(calls) == 1
