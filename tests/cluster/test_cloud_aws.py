@@ -3,9 +3,10 @@ Ray's own AWS provider (IAM role, security group, key pair made by Ray's bootstr
 launched, Ray started over SSH), the autoscaler on the head adding workers with the head's own
 credentials for a run that needs them, taking them away when idle, autostop archiving to S3 and
 taking the whole cluster down from the head, `up` again on instances whose addresses moto hands
-out anew, `down`; then a GitOps project with its state in S3 creating, updating and deleting an
-AWS cluster. The cluster file is what a user writes for AWS (cluster_configs/aws-gpu.yaml's
-shape): no key, no subnet, no endpoint; the cloud's settings come in the SDK's own variables.
+out anew, `down`; then a GitOps project of two runners with its state in S3 creating, updating
+and deleting an AWS cluster. The cluster file is what a user writes for AWS
+(cluster_configs/aws-gpu.yaml's shape): no key, no subnet, no endpoint; the cloud's settings
+come in the SDK's own variables.
 
 Only AWS's API is faked (moto, at the wire); every instance is a simulated host with its own
 sshd, and what runs on it is Ray and orchestrate as on a real instance.
@@ -90,16 +91,18 @@ class User:
     """A user's shell: the SDK's settings for the simulated cloud, a home of its own (Ray's
     bootstrap writes the key pair it makes to ~/.ssh), an ORCHESTRATE_HOME."""
 
-    def __init__(self, cloud: Cloud, folder: Path) -> None:
+    def __init__(self, cloud: Cloud, folder: Path, orchestrate_home: str = "orchestrate") -> None:
         (folder / "home").mkdir(parents=True, exist_ok=True)
         self.cloud = cloud
+        self.home = folder / orchestrate_home
         self.env = {**os.environ, **cloud.env, "HOME": str(folder / "home"),
-                    "ORCHESTRATE_HOME": str(folder / "orchestrate"),
-                    "RAY_USAGE_STATS_ENABLED": "0"}
+                    "ORCHESTRATE_HOME": str(self.home), "RAY_USAGE_STATS_ENABLED": "0"}
         self.said: list[str] = []
+        self.printed: list[str] = []   # everything printed, whole
 
     def __call__(self, *args: str, ok: bool = True, timeout: float = 900, cwd=None):
         done = orchestrate(self.env, *args, timeout=timeout, cwd=cwd)
+        self.printed += [done.stdout, done.stderr]
         self.said.append(f"$ orchestrate {' '.join(args)} -> {done.returncode}\n"
                          f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
         if ok:
@@ -256,12 +259,21 @@ def test_an_aws_cluster_goes_up_trains_scales_stops_itself_and_comes_back(cloud,
 
 
 @pytest.mark.ray   # one experiment runs on the runner's embedded Ray
-def test_a_project_with_state_in_s3_creates_updates_and_deletes_an_aws_cluster(cloud, tmp_path):
-    """GitOps on the same simulated AWS: the project's state and lock in S3, its token in
-    Secrets Manager; `apply` creates the cluster, a second plan changes nothing, a larger
-    `max_workers` is updated in place (the head instance stays), and the file's removal is a
-    delete that needs --allow-destructive."""
-    user = User(cloud, tmp_path)
+def test_two_runners_create_update_and_delete_an_aws_cluster_of_one_project(
+        cloud, tmp_path):
+    """GitOps on the same simulated AWS, as two CI runners run it: the project's state and lock
+    in S3, its token in Secrets Manager, and two ORCHESTRATE_HOME folders sharing nothing but
+    them (and the user's home, where Ray's bootstrap keeps the key pair it made: a runner on
+    another machine lacks it). Runner A's `apply` creates the cluster and runs the experiments;
+    B's plan changes nothing and starts nothing; a larger `max_workers` is planned and applied
+    by B in place (the head instance stays) and A sees it; the file's removal is a delete that
+    needs --allow-destructive. A third runner on another machine, which cannot log in to the
+    head, is told so and plans no restart. The token is never printed, logged or written into
+    state. (The
+    lock, a stale saved plan and SIGTERM during an apply are the fast tier's, on moto's S3:
+    tests/state/test_backends.py, tests/gitops/test_commands.py.)"""
+    a = User(cloud, tmp_path, "runner-a")
+    b = User(cloud, tmp_path, "runner-b")
     root = tmp_path / "repo"
     (root / "clusters").mkdir(parents=True)
     (root / "orchestrate.yaml").write_text(yaml.safe_dump({
@@ -280,46 +292,91 @@ def test_a_project_with_state_in_s3_creates_updates_and_deletes_an_aws_cluster(c
     del beside["cluster"]
     beside.update(name="beside", run_config={"storage_path": "../results"})
     (root / "experiments" / "beside.yaml").write_text(yaml.safe_dump(beside))
+    s3 = cloud.client("s3")
 
-    def plan() -> dict[str, str]:
-        done = user("plan", "--format", "json", cwd=root)
+    def plan(runner: User) -> dict[str, str]:
+        done = runner("plan", "--format", "json", cwd=root)
         return {c["address"]: c["action"] for c in json.loads(done.stdout)["changes"]}
 
+    def state() -> dict:
+        return json.loads(s3.get_object(Bucket=BUCKET, Key="state/state.json")["Body"].read())
+
+    unchanged = {f"cluster/{name}": "no-op", "experiment/first": "no-op",
+                 "experiment/beside": "no-op"}
+    token = None
     try:
-        assert plan() == {f"cluster/{name}": "create", "experiment/first": "submit",
-                          "experiment/beside": "submit"}
+        assert plan(a) == {f"cluster/{name}": "create", "experiment/first": "submit",
+                           "experiment/beside": "submit"}
         # The first apply: the cluster comes up (on Ray's default settings, as users have
         # them: issue 48's first apply was refused by a load report that counted the head
         # alone) and the experiment runs on it, followed to its end.
-        applied = json.loads(user("apply", "-y", "--wait", "--format", "json", cwd=root).stdout)
-        assert applied["results"] == {"first": "SUCCEEDED", "beside": "SUCCEEDED"}, user.story()
+        applied = json.loads(a("apply", "-y", "--wait", "--format", "json", cwd=root).stdout)
+        assert applied["results"] == {"first": "SUCCEEDED", "beside": "SUCCEEDED"}, a.story()
         [head] = instances(cloud, name)
         assert head["IamInstanceProfile"]["Arn"].endswith("instance-profile/ray-autoscaler-v1")
-        assert plan() == {f"cluster/{name}": "no-op", "experiment/first": "no-op",
-                          "experiment/beside": "no-op"}
+        token = cloud.client("secretsmanager").get_secret_value(
+            SecretId=f"orc/sim/clusters/{name}")["SecretString"]
+        assert state()["resources"][f"cluster/{name}"]["token"]["ref"] == \
+            f"aws-sm://orc/sim/clusters/{name}"
+        assert plan(a) == unchanged
 
-        file.write_text(file.read_text().replace("max_workers: 2", "max_workers: 3"))
-        assert plan()[f"cluster/{name}"] == "update"
-        user("apply", "-y", cwd=root)
+        # B, with nothing of its own, plans no changes and starts nothing
+        host = cloud.host(head["PrivateIpAddress"])
+        assert host is not None
+        gcs = host.pids("gcs_server")
+        assert len(gcs) == 1, gcs   # the head's GCS: one, so the comparisons below mean something
+        done = b("plan", "--detailed-exitcode", cwd=root)
+        assert "No changes" in done.stdout, b.story()
+        assert not (b.home / "clusters").exists()                  # no cluster checked out,
+        assert not (b.home / "local-ray" / "record.json").exists()  # no embedded Ray started
         assert [i["InstanceId"] for i in instances(cloud, name)] == [head["InstanceId"]]
-        assert plan() == {f"cluster/{name}": "no-op", "experiment/first": "no-op",
-                          "experiment/beside": "no-op"}
+        assert host.pids("gcs_server") == gcs
+
+        # C, on another machine (another home: without the key pair Ray's bootstrap made on
+        # A's), cannot log in to the head: that is said, and is no reason to restart it
+        c = User(cloud, tmp_path / "elsewhere", "runner-c")
+        done = c("plan", "--format", "json", cwd=root)
+        planned = json.loads(done.stdout)
+        assert {x["address"]: x["action"] for x in planned["changes"]} == unchanged, c.story()
+        said = json.dumps(planned.get("drift"))
+        assert "Permission denied" in said and "auth.ssh_private_key" in said, c.story()
+        shown = c("plan", "--detailed-exitcode", cwd=root).stdout   # no change: exit 0
+        assert "not checked" in shown and "restart" not in shown, c.story()
+        print(shown)
+        assert host.pids("gcs_server") == gcs
+
+        # B plans and applies a larger max_workers in place; A sees it
+        file.write_text(file.read_text().replace("max_workers: 2", "max_workers: 3"))
+        assert plan(b)[f"cluster/{name}"] == "update"
+        assert b("plan", "--detailed-exitcode", ok=False, cwd=root).returncode == 2, b.story()
+        serial = state()["serial"]
+        b("apply", "-y", cwd=root)
+        assert state()["serial"] == serial + 1
+        assert [i["InstanceId"] for i in instances(cloud, name)] == [head["InstanceId"]]
+        assert host.pids("gcs_server") == gcs, "the update restarted Ray on the head"
+        assert plan(a) == unchanged
 
         file.unlink()
         (root / "experiments" / "first.yaml").unlink()
-        assert plan()[f"cluster/{name}"] == "delete"
-        refused = user("apply", "-y", cwd=root, ok=False)
-        assert refused.returncode != 0 and "--allow-destructive" in refused.stderr, user.story()
+        assert plan(a)[f"cluster/{name}"] == "delete"
+        refused = a("apply", "-y", cwd=root, ok=False)
+        assert refused.returncode != 0 and "--allow-destructive" in refused.stderr, a.story()
         assert instances(cloud, name), "a refused delete took the cluster down"
-        user("apply", "-y", "--allow-destructive", cwd=root)
-        assert not instances(cloud, name), user.story()
-        assert f"cluster/{name}" not in plan()
+        a("apply", "-y", "--allow-destructive", cwd=root)
+        assert not instances(cloud, name), a.story()
+        assert f"cluster/{name}" not in plan(a)
+
+        # the token: never printed, logged, or written into state
+        logs = [p for runner in (a, b) for p in runner.home.rglob("*.log") if p.is_file()]
+        texts = a.printed + b.printed + [p.read_text(errors="replace") for p in logs]
+        assert all(token not in text for text in [*texts, json.dumps(state())])
     finally:
-        user("stop", "--embedded", ok=False, timeout=120)   # the runner's embedded Ray
+        a("stop", "--embedded", ok=False, timeout=120)   # the runner's embedded Ray
         if instances(cloud, name):
             file = cluster_file(tmp_path, name, max_workers=3, min_workers=0)
-            user("down", str(file), "-y", ok=False, timeout=600)
-            print(user.story())
+            a("down", str(file), "-y", ok=False, timeout=600)
+            print(a.story())
+            print(b.story())
 
 
 def test_an_instance_may_do_what_its_role_allows_and_no_more(cloud):
