@@ -227,6 +227,11 @@ class TrainedRuns:
             params={"objective": "binary", "metric": ["binary_logloss", "binary_error"],
                     "min_data_in_leaf": 5},
             num_boost_round=5, scaling_config=TWO_WORKERS,
+            # Ray Train's LightGBM backend picks each worker's port free and LightGBM binds it
+            # later: on a busy machine another process can take it first ("Binding port N
+            # failed", ray/train/lightgbm/config.py). A retry starts the workers on new ports,
+            # as docs/experiments.md advises users.
+            run_config={"failure_config": {"max_failures": 1}},
             tune={"param_space": {"params": {"num_leaves": {"grid_search": [8]}}}},
             tracking={"mlflow": {"tracking_uri": "mlruns"}})
 
