@@ -781,7 +781,7 @@ class FakeKube:
     def _crd_schema(self, kind: str) -> Json:
         """KubeRay v1.7.0's own schema (the copy orchestrate ships); without `auth_options`,
         a RayCluster's as KubeRay's before v1.5 had it: no authOptions."""
-        from orchestrator.providers.kuberay_check import crd_schema
+        from orchestrator.launch.kuberay.check import crd_schema
 
         schema = copy.deepcopy(crd_schema(kind))
         if kind == "RayCluster" and not self.auth_options:

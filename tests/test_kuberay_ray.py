@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from orchestrator.cli import main
-from orchestrator.render.kuberay import secret_name
+from orchestrator.launch.kuberay.manifests import secret_name
 from orchestrator.state import State, cluster_key
 from tests.kube_api import FakeKube
 

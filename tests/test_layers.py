@@ -13,9 +13,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "orchestrator"
 LAYERS = [
     {"errors", "contract", "util", "yamlload", "output", "actions", "cluster_settings", "__init__"},
     {"providers", "trainers", "state", "workload", "head"},
+    {"launch"},
     {"language"},
     {"render"},
-    {"launch"},
     {"reach"},
     {"cluster"},
     {"jobs", "gitops"},
@@ -117,19 +117,53 @@ def test_the_checker_sees_imports_of_every_form():
     assert {"orchestrator.workload.data", "orchestrator.workload.train.fit"} <= train
 
 
-def test_no_provider_name_is_compared_outside_the_provider_modules():
-    """Provider knowledge lives in orchestrator/providers/; elsewhere code asks the module."""
-    names = {"aws", "gcp", "azure", "local"}
+# The names of providers and launch backends, and the attributes that hold them: comparing any
+# of them outside their homes is knowledge of a provider or a backend spread over the package.
+# Elsewhere code asks the provider module (`providers.get(name).X`) or the backend for a
+# capability (`launch.Feature`).
+NAMES = {"aws", "gcp", "azure", "local", "kuberay", "ray-up"}
+NAME_ATTRIBUTES = {"NAME", "LAUNCH", "RAY_UP"}
+HOMES = {"providers", "launch"}
+
+
+def name_comparisons(source: str) -> list[int]:
+    """The lines of `source` that compare against a provider's or a backend's name."""
     found = []
-    for path in modules():
-        if "providers" in path.relative_to(PACKAGE).parts:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Compare):
-                constants = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant)]
-                if names & {c for c in constants if isinstance(c, str)}:
-                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
-    assert not found, "provider names compared outside providers/: " + ", ".join(found)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare | ast.MatchValue):
+            parts = list(ast.walk(node))
+            constants = {n.value for n in parts if isinstance(n, ast.Constant)}
+            attributes = {n.attr for n in parts if isinstance(n, ast.Attribute)} | \
+                {n.id for n in parts if isinstance(n, ast.Name)}
+            if NAMES & {c for c in constants if isinstance(c, str)} or NAME_ATTRIBUTES & attributes:
+                found.append(node.lineno)
+    return found
+
+
+def test_no_provider_or_backend_name_is_compared_outside_their_homes():
+    """Provider knowledge lives in orchestrator/providers/, a launch backend's in its folder of
+    orchestrator/launch/; elsewhere code asks the provider module or the backend's Feature."""
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line}" for path in modules()
+             if not HOMES & set(path.relative_to(PACKAGE).parts)
+             for line in name_comparisons(path.read_text())]
+    assert not found, "provider or backend names compared outside their homes: " + \
+        ", ".join(found)
+
+
+def test_the_name_guard_sees_every_form_of_comparison():
+    """The guard itself can fail: each way of asking "is this KubeRay?" by name is found."""
+    comparisons = [
+        "if providers.get(p).LAUNCH == providers.kuberay.LAUNCH: pass",
+        "ok = provider != providers.kuberay.NAME",
+        "ok = record.provider not in providers.RAY_UP",
+        "ok = kind in ('aws', 'gcp')",
+        "match provider:\n    case 'kuberay':\n        pass",
+        "ok = launch_name == 'ray-up'",
+    ]
+    for source in comparisons:
+        assert name_comparisons(source), source
+    assert name_comparisons("ok = Feature.RESOURCE in launch.features(p)") == []
+    assert name_comparisons("ok = provider in providers.PROVIDERS") == []
 
 
 def module_name(path: Path) -> str:

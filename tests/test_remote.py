@@ -19,7 +19,7 @@ from orchestrator.cli import main
 from orchestrator.cluster.remote import command_line
 from orchestrator.commands.exec import split
 from orchestrator.errors import ClusterError
-from orchestrator.launch.head import head_line
+from orchestrator.launch.ray_up.head import head_line
 from orchestrator.state import FAILED, UP, ClusterRecord, State, cluster_key
 from tests.helpers import read_json_object, stop
 

@@ -20,7 +20,7 @@ from .. import launch, providers
 from ..actions import Action
 from ..errors import ClusterError, KeyRefused, NotContacted, OrchestrateError, PreflightError
 from ..language.cluster import ClusterSpec
-from ..launch import known_hosts
+from ..launch.ray_up import known_hosts
 from ..reach.endpoint import open_cluster
 from ..render.cluster import RenderedCluster, render_cluster
 from ..state import FAILED, INTERRUPTED, LAUNCHING, STOPPING, UP, ClusterRecord, State, cluster_key
@@ -208,9 +208,10 @@ def _forget_gone_hosts(record: ClusterRecord, config: dict[str, Any], state: Sta
     be given the old addresses, are pinned when first met. Nothing is forgotten when the cloud
     cannot be asked, or on hosts that outlive their cluster (on-prem: a changed key there is
     what pinning is for)."""
-    from ..launch.cloud_head import CloudUnasked, running_head, where
+    from ..launch.ray_up.cloud_head import CloudUnasked, running_head, where
 
-    if record.provider not in providers.RAY_UP or providers.get(record.provider).FIXED_HOSTS \
+    if launch.Feature.HEAD_THROUGH_API in launch.features(record.provider) \
+            or providers.get(record.provider).FIXED_HOSTS \
             or not known_hosts.path(state, record.name).read_text().strip():
         return
     try:

@@ -83,7 +83,7 @@ def keep_logs(record: ClusterRecord, config: dict[str, Any], state: State, progr
     at = time.time()
     target = head_archive.destination(config, reason, at)
     backend = launch.backend(record, state, progress)
-    if not backend.SHELL_ON_HEAD:   # no orchestrate tools on the head (a KubeRay pod)
+    if launch.Feature.SHELL_ON_HEAD not in backend.FEATURES:   # no orchestrate tools there
         progress("  archiving through the Job API")
         target = _from_here(record, config, state, reason, at)
         remember(record.name, target)

@@ -178,9 +178,11 @@ def resource_diff(old: Config, new: Config, provider: str) -> list[str]:
     """A KubeRay cluster's change as the RayCluster's changed fields, in field order
     ("~ spec.workerGroupSpecs[0].maxReplicas"); none for other clusters, or when the recorded
     config no longer renders (state is data: it may be old or damaged)."""
-    if providers.get(provider).LAUNCH != providers.kuberay.LAUNCH:
+    from .. import launch
+
+    if launch.Feature.RESOURCE not in launch.features(provider):
         return []
-    from ..render.kuberay import dotted, ray_cluster
+    from ..launch.kuberay.manifests import dotted, ray_cluster
 
     try:
         before = _leaves(ray_cluster(old))

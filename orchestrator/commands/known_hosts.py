@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..errors import ClusterError
-    from ..launch import head, known_hosts
+    from ..launch.ray_up import head, known_hosts
     from ..output import emit_json, print_table
     from ..state import State
     from . import pick

@@ -7,7 +7,6 @@ from typing import Any
 
 import yaml
 
-from .. import providers
 from ..language.cluster import ClusterSpec
 from ..language.experiment import ExperimentSpec
 from ..language.service import ServiceSpec
@@ -30,8 +29,10 @@ def render_document(spec: ClusterSpec | ExperimentSpec | ServiceSpec) -> dict[st
 
         token_file = State.here().secrets.path(cluster_key(spec.name))
         config = render_cluster(spec, token_file=str(token_file)).config
-        if providers.get(spec.provider).LAUNCH == providers.kuberay.LAUNCH:
-            from ..render.kuberay import ray_cluster
+        from .. import launch
+
+        if launch.Feature.RESOURCE in launch.features(spec.provider):
+            from ..launch.kuberay.manifests import ray_cluster
 
             return ray_cluster(config)
         return config
@@ -68,8 +69,10 @@ def render_service(spec: ServiceSpec) -> dict[str, Any]:
         checkpoint = checkpoint_of(spec, State.here())
     except SpecError:
         checkpoint = f"<the {spec.checkpoint or 'given'} checkpoint of the model's latest run>"
+    from .. import launch
+
     kuberay = spec.cluster is not None and \
-        providers.get(spec.cluster.provider).LAUNCH == providers.kuberay.LAUNCH
+        launch.Feature.SERVICE_RESOURCE in launch.features(spec.cluster.provider)
     store = spec.document.get("package_store")
     package = {}
     if kuberay and store:   # a RayService: the package where the cluster fetches it
@@ -81,12 +84,13 @@ def render_service(spec: ServiceSpec) -> dict[str, Any]:
                                              else "<sha256 of the service's token>", **package)
     port = spec.document.get("http_port", service.DEFAULT_PORT)
     if kuberay:
+        from ..launch.kuberay.manifests import findings_at, ray_service
         from ..render.cluster import render_cluster
-        from ..render.kuberay import findings_at, ray_service
 
         assert spec.cluster is not None
-        resource = ray_service(application, render_cluster(spec.cluster, token_file="-").config,
-                               port)
+        resource = ray_service(service.render_config(application,
+                                                      service.http_options("0.0.0.0", port)),
+                               render_cluster(spec.cluster, token_file="-").config)
         refused = findings_at(resource)
         if refused:
             raise SpecError([Problem(str(spec.path), line) for line in refused])

@@ -101,9 +101,9 @@ def _money(price: dict[str, Any] | None, key: str) -> str:
 
 def _via(provider: str) -> str:
     """How the head is reached, in a word (`ssh`, `port-forward`)."""
-    from .. import launch, providers
+    from .. import launch
 
-    return launch.BACKENDS[providers.get(provider).LAUNCH].VIA
+    return launch.backend_type(provider).VIA
 
 
 def _print_clusters(rows: list[dict[str, Any]]) -> None:

@@ -167,8 +167,8 @@ def _record(name: str, entry: Entry, recorded: dict[str, Any], wanted: Desired |
     state = fields.get("state") if fields.get("state") in STATES else FAILED
     message = fields.get("message") if isinstance(fields.get("message"), str) else None
     head = _state_head(name, entry)
-    if vouched is not None and vouched.by != "kubernetes":
-        head = vouched.address
+    if vouched is not None:
+        head = vouched.head(head)
     provider = entry.get("provider")
     if provider not in providers.PROVIDERS:
         raise StateError(f"{where}: provider {provider!r} is not one orchestrate launches")
@@ -290,8 +290,10 @@ def _vouch(name: str, entry: Entry, recorded: dict[str, Any], trusted: dict[str,
     provider = str(entry.get("provider"))
     if providers.named_head(provider, trusted or recorded):
         return None
+    from .. import launch
+
     state_head = _state_head(name, entry)
-    if state_head is None and provider != providers.kuberay.NAME:
+    if state_head is None and launch.Feature.HEAD_THROUGH_API not in launch.features(provider):
         return None
     return head_of(name, provider, state_head, recorded, trusted, machine,
                    f"cluster/{name} in the state")

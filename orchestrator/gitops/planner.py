@@ -26,7 +26,6 @@ from ..cluster.plan import Recorded, plan_cluster
 from ..errors import Problem, SpecError
 from ..language.experiment import ExperimentSpec
 from ..language.project import Budget
-from ..render.kuberay import secret_name
 from ..state import UP, ClusterRecord
 from ..state.document import Entry, StateDoc, address
 from .cost import PlanCost, estimate, plan_cost
@@ -111,32 +110,15 @@ def _mapping(value: Any) -> dict[str, Any]:
 
 def what_runs(entry: Entry) -> list[str]:
     """What tearing down a recorded cluster whose file is gone would run, from its state
-    entry: shown by `plan`, as data, for a person to read before --allow-destructive."""
+    entry: shown by `plan`, as data, for a person to read before --allow-destructive. The
+    cluster's launch backend says it; a provider orchestrate does not know is shown as
+    `ray down` would take it."""
+    from .. import launch
+
     config = _mapping(entry.get("config"))
-    provider = _mapping(config.get("provider"))
-    known = providers.PROVIDERS.get(str(provider.get("type")))
-    if known is not None and known.LAUNCH == providers.kuberay.LAUNCH:   # no `ray down`, no ssh
-        name, namespace = entry.get("name"), provider.get("namespace")
-        return [f"delete the RayCluster {namespace!r}/{name!r}, its token's Secret "
-                f"{namespace!r}/{secret_name(str(name))!r} and its NetworkPolicy through the "
-                f"Kubernetes API, "
-                + (f"kubeconfig context {provider['context']!r}" if provider.get("context")
-                   else "the kubeconfig's current context")]
-    auth = _mapping(config.get("auth"))
-    record = _mapping(entry.get("record"))
-    hosts = [provider.get("head_ip") or record.get("head_ip"),
-             *(provider.get("worker_ips") or [])]
-    lines = [f"`ray down` with the state's config: provider {provider.get('type')!r}"
-             + (f", hosts {', '.join(repr(h) for h in hosts if h)}" if any(hosts) else "")]
-    lines.append(f"ssh as {auth.get('ssh_user')!r} with key {auth.get('ssh_private_key')!r}"
-                 + (f" through the proxy command {auth['ssh_proxy_command']!r}"
-                    if auth.get("ssh_proxy_command") else ""))
-    docker = _mapping(config.get("docker"))
-    if docker.get("container_name"):
-        lines.append(f"docker container {docker['container_name']!r}")
-    for key in sorted(k for k in config if str(k).endswith("_commands") and config[k]):
-        lines.append(f"{key} (recorded, not run by `ray down`): {config[key]!r}")
-    return lines
+    kind = str(_mapping(config.get("provider")).get("type"))
+    backend = launch.backend_type(kind) if kind in providers.PROVIDERS else launch.RayUp
+    return backend.teardown_words(str(entry.get("name")), config, _mapping(entry.get("record")))
 
 
 def _recorded(name: str, entry: Entry) -> Recorded:

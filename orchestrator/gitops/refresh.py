@@ -22,7 +22,7 @@ from typing import Any
 from .. import providers
 from ..cluster.health import probe
 from ..errors import KeyRefused, OrchestrateError, StateError
-from ..launch import known_hosts, launcher_auth
+from ..launch.ray_up import known_hosts, launcher_auth
 from ..reach.endpoint import open_cluster
 from ..reach.target import embedded_endpoint
 from ..state import UP, State, cluster_key, home

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import providers
 from ..state import State
 
 
@@ -31,12 +30,19 @@ class Vouched:
     by: str = ""                   # "pin", "cloud", "kubernetes" (what vouched), "" (nothing)
     refused: str | None = None     # why the state's address is not reached, and what to do
     note: str | None = None        # the state said another address than the one taken
+    # the head is found through an API (Kubernetes), never dialed at an address: the record
+    # keeps the state's address as the state said it
+    through_api: bool = False
+
+    def head(self, state_head: str | None) -> str | None:
+        """The head address a checked out record holds, the state's being `state_head`."""
+        return state_head if self.through_api else self.address
 
 
 def pins(machine: State, name: str) -> Path | None:
     """The host keys this machine pinned for the cluster (None: it never reached it; nothing
     is made on this machine for a cluster it does not record)."""
-    from ..launch.known_hosts import FILE
+    from ..launch.ray_up.known_hosts import FILE
 
     if machine.store.read_cluster(name) is None:
         return None
@@ -52,11 +58,11 @@ def pinned(machine: State, name: str, host: str) -> bool:
     return file is not None and bool(ssh.known_keys(file, host))
 
 
-def _kuberay(name: str, recorded: dict[str, Any], wanted: dict[str, Any] | None,
-             where: str) -> Vouched:
+def _through_api(name: str, recorded: dict[str, Any], wanted: dict[str, Any] | None,
+                 where: str) -> Vouched:
     said = (recorded.get("provider") or {}).get("namespace")
     if wanted is None or (wanted.get("provider") or {}).get("namespace") == said:
-        return Vouched(None, "kubernetes")
+        return Vouched(None, "kubernetes", through_api=True)
     mine = (wanted.get("provider") or {}).get("namespace")
     return Vouched(None, refused=f"{where} places cluster {name!r} in namespace {said!r}, its "
                                  f"file in {mine!r}: orchestrate reaches it only where its "
@@ -68,11 +74,12 @@ def head_of(name: str, provider: str, recorded_head: str | None, recorded: dict[
     """The head address to reach for a cluster the state records (cloud and KubeRay ones; an
     on-prem one's comes from its file). `wanted`: the repository's file rendered (None: gone;
     then the cloud is asked where the state's config says, as `ray down` would act there)."""
-    from ..launch.cloud_head import CloudUnasked, running_head
-    from ..launch.cloud_head import where as location
+    from .. import launch
+    from ..launch.ray_up.cloud_head import CloudUnasked, running_head
+    from ..launch.ray_up.cloud_head import where as location
 
-    if provider == providers.kuberay.NAME:
-        return _kuberay(name, recorded, wanted, where)
+    if launch.Feature.HEAD_THROUGH_API in launch.features(provider):
+        return _through_api(name, recorded, wanted, where)
     if recorded_head is not None and pinned(machine, name, recorded_head):
         return Vouched(recorded_head, "pin")
     asked = wanted if wanted is not None else recorded

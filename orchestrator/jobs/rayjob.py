@@ -7,7 +7,7 @@ The job's code goes to the package store first (jobs.package_store): KubeRay's s
 `ray job submit` inside the Kubernetes cluster and cannot upload from here; a zip already in the
 store is read back first, and one that does not hold the files its name claims stops `run`
 before the RayJob names it. Then the cluster file's token Secret and the RayJob
-(render.kuberay.ray_job, checked as KubeRay would); the same experiment submitted again finds
+(launch.kuberay.manifests.ray_job, checked as KubeRay would); the same experiment submitted again finds
 its RayJob instead of making another. `run` follows the RayJob's state until its job ends; the
 job's own log is the submitter's (`kubectl logs`) and, while the cluster is kept, its dashboard's.
 """
@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JobError, Problem, SpecError
-from ..launch.kuberay import KubeRay
-from ..render import kuberay, packages
+from ..launch.kuberay import manifests as kuberay
+from ..launch.kuberay.backend import KubeRay
+from ..render import packages
 from ..render.cluster import render_cluster
 from ..state import State, cluster_key
 from ..util.progress import Progress

@@ -301,9 +301,9 @@ def _own_cluster_problems(doc: Document, data: dict[str, Any],
     """A cluster of its own is a RayJob: KubeRay makes the cluster from the cluster file."""
     if "own_cluster" not in data:
         return []
-    from .. import providers
+    from .. import launch
 
-    if cluster is None or providers.get(cluster.provider).LAUNCH != providers.kuberay.LAUNCH:
+    if cluster is None or launch.Feature.JOB_ON_OWN_CLUSTER not in launch.features(cluster.provider):
         return [doc.problem(("own_cluster",), "own_cluster needs a KubeRay cluster file in "
                             "`cluster` (provider type kuberay): the run becomes a RayJob")]
     found = []

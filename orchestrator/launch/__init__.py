@@ -1,10 +1,14 @@
-"""Launch backends: how a cluster comes up, is reached and goes down (`base.LaunchBackend`).
+"""Launch backends: how a cluster comes up, is reached and goes down (`base.LaunchBackend`),
+each in a folder of its own.
 
     backend(cluster, state, progress) -> LaunchBackend     the one place a backend is built
+    backend_type(provider) -> the backend's class           what it is, without building it
+    features(provider) -> frozenset[Feature]                what it can do (base.Feature)
 
-`cluster` is a spec or a record: its provider's `LAUNCH` names the backend: `ray_up` (`ray up`/
-`down` over SSH, `ssh -L` forwards, `ray attach`/`rsync`, `exec` over ssh) and `kuberay` (a
-RayCluster through the Kubernetes API, port-forwards to the head pod).
+A provider's `LAUNCH` names its backend: `ray-up` (ray_up/: `ray up`/`down` over SSH, `ssh -L`
+forwards, `ray attach`/`rsync`, `exec` over ssh) and `kuberay` (kuberay/: a RayCluster through
+the Kubernetes API, port-forwards to the head pod; its RayJobs and RayServices, and KubeRay's
+CRD checks). Adding a backend is a folder and a line in BACKENDS (docs/design.md).
 """
 from __future__ import annotations
 
@@ -13,11 +17,12 @@ from typing import Protocol
 from .. import providers
 from ..state import State
 from ..util.progress import Progress, silent
-from .base import LaunchBackend
-from .kuberay import KubeRay
-from .ray_up import RayUp
+from .base import Feature, LaunchBackend
+from .kuberay.backend import KubeRay
+from .ray_up.backend import RayUp
 
-__all__ = ["BACKENDS", "LaunchBackend", "backend"]
+__all__ = ["BACKENDS", "Feature", "KubeRay", "LaunchBackend", "RayUp", "backend", "backend_type",
+           "features"]
 
 BACKENDS: dict[str, type[RayUp] | type[KubeRay]] = {RayUp.NAME: RayUp, KubeRay.NAME: KubeRay}
 
@@ -29,7 +34,20 @@ class Cluster(Protocol):
     def provider(self) -> str: ...
 
 
+def backend_type(provider: str) -> type[RayUp] | type[KubeRay]:
+    """The launch backend of clusters of `provider` (a provider's type, as in the file)."""
+    return BACKENDS[providers.get(provider).LAUNCH]
+
+
+def features(provider: str) -> frozenset[Feature]:
+    """What the launch backend of clusters of `provider` can do; none for a provider
+    orchestrate does not know (state is data: a record may name anything)."""
+    if provider not in providers.PROVIDERS:
+        return frozenset()
+    return backend_type(provider).FEATURES
+
+
 def backend(cluster: Cluster, state: State,
             progress: Progress = silent) -> LaunchBackend:
     """The launch backend of `cluster`'s provider, working in `state`, telling `progress`."""
-    return BACKENDS[providers.get(cluster.provider).LAUNCH](state, progress)
+    return backend_type(cluster.provider)(state, progress)

@@ -192,7 +192,7 @@ class Provider(Protocol):
 
 
 class RayUpSite(Protocol):
-    """What the `ray up` launch backend (orchestrator.launch.ray_up) asks of a provider of Ray's
+    """What the `ray up` launch backend (orchestrator.launch.ray_up.backend) asks of a provider of Ray's
     cluster launcher; a provider launched by another backend needs none of it."""
 
     def head_address(self, config: Config) -> str | None:

@@ -11,8 +11,8 @@ and which container `image` the pods run; node types say what each pod gets:
 
 A node type's `resources` (CPU, GPU, custom) are what Ray advertises and, for CPU and GPU, the
 pod's requests and limits; its `node_config` holds the pod's own settings (NODE_CONFIG_KEYS).
-`orchestrator.render.kuberay` turns the file into the RayCluster; `orchestrator.launch.kuberay`
-applies it through the `kubernetes` client (the `kuberay` extra, imported inside functions).
+The `kuberay` launch backend (orchestrator/launch/kuberay/) turns the file into the RayCluster
+and applies it through the `kubernetes` client (the `kuberay` extra, imported inside functions).
 
 Ray's cluster launcher does nothing here: KubeRay starts Ray in the image, so the launcher's
 commands, file mounts and SSH settings are refused (LAUNCHER_ONLY), as are orchestrate's head

@@ -76,10 +76,12 @@ def with_watcher(config: dict[str, Any], head_source: str = HEAD_SOURCE) -> dict
 
 
 def render_cluster(spec: ClusterSpec, *, token_file: str) -> RenderedCluster:
+    from .. import launch
+
     provider = providers.get(spec.provider)
     config = copy.deepcopy(spec.document)
-    if provider.LAUNCH == providers.kuberay.LAUNCH:
-        return _kuberay(spec, config)
+    if launch.Feature.RESOURCE in launch.features(spec.provider):
+        return _resource(spec, config)
     base = spec.path.resolve().parent
     mounts = config.get("file_mounts")
     if mounts:
@@ -95,11 +97,12 @@ def render_cluster(spec: ClusterSpec, *, token_file: str) -> RenderedCluster:
                            expected_nodes=provider.expected_nodes(hardened))
 
 
-def _kuberay(spec: ClusterSpec, config: dict[str, Any]) -> RenderedCluster:
+def _resource(spec: ClusterSpec, config: dict[str, Any]) -> RenderedCluster:
     """A KubeRay cluster keeps its config in Ray's dialect (what plans and records compare);
-    the RayCluster is made from it (render.kuberay), and must be one KubeRay accepts."""
+    the RayCluster is made from it (launch.kuberay.manifests), and must be one KubeRay
+    accepts."""
     from ..errors import SpecError
-    from .kuberay import DASHBOARD_PORT, refused
+    from ..launch.kuberay.manifests import DASHBOARD_PORT, refused
 
     problems = [spec.problem(spec.written_at(path), message) for path, message in refused(config)]
     if problems:

@@ -1,6 +1,6 @@
 """The `ssh` command lines we run ourselves (preflight, port forwards, exec, stopping on-prem
 workers), with the options Ray's own SSH command runner uses, so they behave as `ray up` does;
-and the host keys pinned per cluster (`orchestrator.launch.known_hosts` keeps the file).
+and the host keys pinned per cluster (`orchestrator.launch.ray_up.known_hosts` keeps the file).
 
 With a known-hosts file (the keyword, or `auth[KNOWN_HOSTS]`), a host's key is pinned the first
 time it answers and a changed key is refused (`HostKeyChanged`, naming the host and both

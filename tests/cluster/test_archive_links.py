@@ -57,7 +57,7 @@ class Head:
     """The launch backend of a cluster whose head ran the archiver (exit 0) and whose rsync is
     a real rsync from a folder here standing for the head's home, with Ray's own flags."""
 
-    SHELL_ON_HEAD = True
+    FEATURES = frozenset({launch.Feature.SHELL_ON_HEAD})
 
     def __init__(self, home: Path, fill) -> None:
         self.home, self.fill, self.copied = home, fill, []

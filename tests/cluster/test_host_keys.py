@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from orchestrator.launch import known_hosts
+from orchestrator.launch.ray_up import known_hosts
 
 from .conftest import launch, tear_down
 

@@ -7,8 +7,8 @@ from importlib.metadata import version
 import pytest
 import yaml
 
-from orchestrator.launch import local_nodes
-from orchestrator.launch import ray_up as launcher
+from orchestrator.launch.ray_up import backend as launcher
+from orchestrator.launch.ray_up import local_nodes
 
 
 def test_launcher_logs_are_private_and_mask_secrets(tmp_path):

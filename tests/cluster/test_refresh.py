@@ -114,7 +114,7 @@ def test_a_head_that_refuses_this_machines_key_is_not_restarted(state, quick, mo
     key pair Ray's bootstrap made there): `up` stops, naming the fix, rather than plan a restart
     it could not carry out either; the head is asked once."""
     from orchestrator.errors import ClusterError, KeyRefused
-    from orchestrator.launch.head import KEY_HINT
+    from orchestrator.launch.ray_up.head import KEY_HINT
 
     calls = []
 

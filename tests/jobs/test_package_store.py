@@ -15,7 +15,7 @@ from orchestrator.errors import ClusterError
 from orchestrator.jobs import package_store
 from orchestrator.util.workdir import DEFAULT_EXCLUDES, WorkingDir, scan
 from tests.moto_server import aws_env, moto_server  # noqa: F401 - fixtures
-from tests.test_kuberay_launch import (  # noqa: F401 - fixtures
+from tests.launch.test_kuberay_backend import (  # noqa: F401 - fixtures
     NAMESPACE,
     kube,
     own_cluster_experiment,

@@ -96,7 +96,7 @@ def kuberay_verdict(config: dict[str, Any]) -> str | None:
         _derive_autoscaling_config_from_ray_cr,
     )
 
-    from orchestrator.render.kuberay import ray_cluster
+    from orchestrator.launch.kuberay.manifests import ray_cluster
 
     try:
         _derive_autoscaling_config_from_ray_cr(ray_cluster(config))

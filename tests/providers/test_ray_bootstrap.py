@@ -67,7 +67,7 @@ def test_our_ssh_uses_the_key_pair_rays_bootstrap_made(aws, cluster, tmp_path, m
 
     from ray.autoscaler._private import commands
 
-    from orchestrator.launch import head, launcher_auth
+    from orchestrator.launch.ray_up import head, launcher_auth
     from orchestrator.state import ClusterRecord
 
     spec, rendered = _no_key_named(cluster, tmp_path, monkeypatch)
@@ -107,7 +107,7 @@ def test_another_runner_finds_the_running_heads_key_pair_where_ray_wrote_it(aws,
     `keep` would; on another machine (no such file), or with no running head, it names none."""
     from ray.autoscaler._private import commands
 
-    from orchestrator.launch import head, launcher_auth
+    from orchestrator.launch.ray_up import head, launcher_auth
     from orchestrator.state import ClusterRecord, State
     from orchestrator.state.folder import FolderStore
     from orchestrator.state.secrets import FileSecrets

@@ -297,7 +297,8 @@ def test_a_rayservices_serve_config_answers_when_deployed_as_kuberay_deploys_it(
     from orchestrator.jobs import package_store
     from orchestrator.language.cluster import load_cluster
     from orchestrator.language.service import load_service
-    from orchestrator.render import kuberay, service
+    from orchestrator.launch.kuberay import manifests as kuberay
+    from orchestrator.render import service
     from orchestrator.render.cluster import render_cluster
     from orchestrator.util.ports import free_port
 
@@ -313,7 +314,8 @@ def test_a_rayservices_serve_config_answers_when_deployed_as_kuberay_deploys_it(
     cluster = render_cluster(load_cluster(repo / "cluster_configs" / "kuberay.yaml"),
                              token_file="-").config
     port = free_port()
-    resource = kuberay.ray_service(application, cluster, port)
+    resource = kuberay.ray_service(
+        service.render_config(application, service.http_options("0.0.0.0", port)), cluster)
     assert kuberay.findings_at(resource) == []
 
     config = yaml.safe_load(resource["spec"]["serveConfigV2"])

@@ -31,7 +31,7 @@ def test_ssh_cluster_fixture_is_usable(ssh_cluster):
 
 def test_ssh_forward_reaches_a_loopback_only_port_on_the_head(ssh_cluster, tmp_path):
     """The cloud path: a dashboard bound to the head's 127.0.0.1 is reached via `ssh -L`."""
-    from orchestrator.launch.head import forward
+    from orchestrator.launch.ray_up.head import forward
     from orchestrator.util.ports import free_port
 
     (tmp_path / "hello").write_text("hello from the head's loopback")

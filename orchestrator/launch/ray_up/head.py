@@ -23,12 +23,12 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-from ..errors import ClusterError, KeyRefused
-from ..state import ClusterRecord, State
-from ..util import http, processes, ssh
-from ..util.processes import dies_with_parent, handing_signals_to, stop_child_group
-from ..util.relay import Relay
-from ..util.waiting import poll
+from ...errors import ClusterError, KeyRefused
+from ...state import ClusterRecord, State
+from ...util import http, processes, ssh
+from ...util.processes import dies_with_parent, handing_signals_to, stop_child_group
+from ...util.relay import Relay
+from ...util.waiting import poll
 from . import known_hosts, launcher_auth
 
 # What `bash -i` says on stderr when it has no terminal; noise to a script, so left out.

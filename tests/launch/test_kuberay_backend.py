@@ -21,8 +21,8 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.errors import ClusterError
-from orchestrator.launch.kuberay import KubeRay
-from orchestrator.render.kuberay import ray_cluster, secret_name
+from orchestrator.launch.kuberay.backend import KubeRay
+from orchestrator.launch.kuberay.manifests import ray_cluster, secret_name
 from orchestrator.state import ClusterRecord, State, cluster_key
 from orchestrator.util.waiting import poll
 from tests.kube_api import FakeKube, close_client, parse_selector, selected
@@ -484,7 +484,7 @@ def test_hands_on_commands_say_what_kubectl_does_instead(kube, tmp_path, capsys)
 def own_cluster_experiment(tmp_path: Path, **own) -> Path:
     import shutil
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     cluster_file(tmp_path)
     (tmp_path / "data").mkdir(exist_ok=True)
     shutil.copy(repo / "experiments" / "data" / "breast_cancer_train.csv", tmp_path / "data")
@@ -507,7 +507,7 @@ run_config: {{storage_path: s3://bucket/results}}
 
 @pytest.fixture
 def quick_jobs(monkeypatch):
-    import orchestrator.launch.kuberay as backend
+    from orchestrator.launch.kuberay import backend
 
     monkeypatch.setattr(backend, "JOB_POLL_S", 0.02)
 

@@ -28,10 +28,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import ClusterError
-from ..state import State
-from ..util import ssh
-from ..util.files import atomic_write
+from ...errors import ClusterError
+from ...state import State
+from ...util import ssh
+from ...util.files import atomic_write
 
 FILE = "known_hosts"
 _SOCKET_MAX = 107      # sun_path is 108 bytes with its NUL
@@ -110,7 +110,7 @@ def wrapper_script(real_ssh: str, known_hosts: Path, control: Path | None) -> st
     else:  # no private folder for sockets: one connection per command, none shared
         options += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
     return ("#!/bin/sh\n"
-            "# Written by orchestrate (orchestrator/launch/known_hosts.py): Ray's ssh, with this\n"
+            "# Written by orchestrate (orchestrator/launch/ray_up/known_hosts.py): Ray's ssh, with this\n"
             "# cluster's pinned host keys. ssh keeps the first value of an option: these win.\n"
             f"exec {shlex.join([real_ssh, *options])} \"$@\"\n")
 

@@ -13,8 +13,8 @@ import yaml
 from orchestrator.cli import main
 from orchestrator.errors import SpecError
 from orchestrator.language.cluster import load_cluster
-from orchestrator.providers.kuberay_check import findings
-from orchestrator.render import kuberay
+from orchestrator.launch.kuberay import manifests as kuberay
+from orchestrator.launch.kuberay.check import findings
 from orchestrator.render.cluster import render_cluster
 
 REPO = Path(__file__).resolve().parents[2]

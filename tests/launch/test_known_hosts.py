@@ -1,4 +1,4 @@
-"""The `ssh` put first on Ray's launcher's PATH (orchestrator/launch/known_hosts.py): whatever
+"""The `ssh` put first on Ray's launcher's PATH (orchestrator/launch/ray_up/known_hosts.py): whatever
 options Ray passes, ssh runs with the cluster's pinned host keys. Checked with ssh's own reading
 of its arguments (`ssh -G`), and with real rsync, which finds `ssh` on the PATH for its `-e`."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch import known_hosts
+from orchestrator.launch.ray_up import known_hosts
 from orchestrator.state import State
 
 
@@ -63,7 +63,7 @@ def test_the_launchers_ssh_checks_the_pinned_keys_whatever_ray_passes(state):
     mine, theirs = (Path(o["controlpath"]).parent for o in (options, other))
     assert mine != theirs and mine.parent == theirs.parent == control
     assert stat.S_IMODE(mine.stat().st_mode) == 0o700 and mine.stat().st_uid == os.getuid()
-    from orchestrator.launch.ray_up import RayUp
+    from orchestrator.launch.ray_up.backend import RayUp
 
     path = RayUp(state, lambda _: None).environment("c1", "local")["PATH"]
     assert path.split(os.pathsep)[0] == str(folder)
@@ -139,7 +139,7 @@ def test_forget_drops_the_pinned_keys(state):
 
 
 def test_the_launchers_output_names_a_changed_key_or_at_least_the_refusal(tmp_path):
-    from orchestrator.launch.ray_up import diagnose
+    from orchestrator.launch.ray_up.backend import diagnose
     from orchestrator.util.ssh import host_key_changed
     from tests.util.test_ssh import CHANGED, PINNED_KEY, PINNED_PRINT
 

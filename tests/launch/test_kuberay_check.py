@@ -1,4 +1,5 @@
-"""kuberay_check: valid RayCluster/RayJob/RayService pass; each CRD and operator rule fails where it should.
+"""launch.kuberay.check: valid RayCluster/RayJob/RayService pass; each CRD and operator rule fails
+where it should.
 
 Fast tier: no Ray, no network. The three CRDs are loaded once per process (lru_cache), ~1 s in all.
 """
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.providers.kuberay_check import Finding, findings, to_json_schema
+from orchestrator.launch.kuberay.check import Finding, findings, to_json_schema
 
 
 def _container(name: str) -> dict[str, Any]:

@@ -25,17 +25,18 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from ..errors import ClusterError, MissingDependency, NotContacted
-from ..providers import kuberay as provider_module
-from ..render import kuberay
-from ..state import ClusterRecord, State, cluster_key
-from ..state.refs import fingerprint
-from ..util.progress import Progress
+from ...errors import ClusterError, MissingDependency, NotContacted
+from ...providers import kuberay as provider_module
+from ...state import ClusterRecord, State, cluster_key
+from ...state.refs import fingerprint
+from ...util.progress import Progress
+from ..base import Feature
+from . import manifests as kuberay
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
 JOBS = "rayjobs"
@@ -50,9 +51,24 @@ ENFORCED = "enforced only where the Kubernetes cluster's network plugin enforces
 
 class KubeRay:
     NAME = provider_module.LAUNCH
+    FEATURES = frozenset({Feature.HEAD_THROUGH_API, Feature.RESOURCE, Feature.JOB_ON_OWN_CLUSTER,
+                          Feature.SERVICE_RESOURCE})
     FORWARD = "a port-forward to the head pod"
     VIA = "port-forward"
-    SHELL_ON_HEAD = False
+
+    @staticmethod
+    def teardown_words(name: str, config: Mapping[str, Any],
+                       record: Mapping[str, Any]) -> list[str]:
+        """No `ray down`, no ssh: the RayCluster, its Secret and NetworkPolicy deleted through
+        the Kubernetes API of the recorded context."""
+        provider = config.get("provider")
+        provider = provider if isinstance(provider, Mapping) else {}
+        namespace = provider.get("namespace")
+        return [f"delete the RayCluster {namespace!r}/{name!r}, its token's Secret "
+                f"{namespace!r}/{kuberay.secret_name(name)!r} and its NetworkPolicy through the "
+                f"Kubernetes API, "
+                + (f"kubeconfig context {provider['context']!r}" if provider.get("context")
+                   else "the kubeconfig's current context")]
 
     def __init__(self, state: State, progress: Progress) -> None:
         self.state = state
@@ -451,7 +467,7 @@ class KubeRay:
                  local_port: int | None) -> Iterator[int]:
         from kubernetes.stream import portforward
 
-        from ..util.relay import Relay
+        from ...util.relay import Relay
 
         config = self._config(record.name)
         namespace = str(config["provider"]["namespace"])

@@ -1,5 +1,5 @@
 """KubeRay's API server, before it: what it would refuse in a rendered RayCluster, RayJob or
-RayService, or drop without a word (orchestrator.providers.kuberay_check runs this first, then
+RayService, or drop without a word (orchestrator.launch.kuberay.check runs this first, then
 the operator's rules).
 
 The resource's CRD schema (`crds/`, KubeRay v1.7.0, the `storage: true` version, v1),

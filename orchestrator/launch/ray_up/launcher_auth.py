@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-from ..state import State
+from ...state import State
 
 # Ray's cache of a bootstrapped config (`_bootstrap_config` in ray/autoscaler/_private/commands.py:
 # `<tempfile.gettempdir()>/ray-config-<sha256 of the prepared config>`, JSON with "_version" and
@@ -75,7 +75,7 @@ def found(state: State, name: str, config: dict[str, Any]) -> dict[str, str]:
     where Ray's bootstrap writes it (a runner sharing the home of the one that launched it
     has it; one on another machine does not, and cannot log in); recorded as `keep` would.
     {} when the provider says of none (`bootstrap_key`)."""
-    from .. import providers
+    from ... import providers
 
     site = providers.RAY_UP.get(str((config.get("provider") or {}).get("type")))
     path = site.bootstrap_key(config) if site is not None else None

@@ -2,8 +2,8 @@
 
 Two passes, in the order a real cluster applies them:
 
-1. The API server: its CRD schema, pruning and metadata checks (orchestrator.providers.
-   kuberay_schema).
+1. The API server: its CRD schema, pruning and metadata checks (orchestrator.launch.kuberay.
+   schema).
 2. The operator: the rules of `ray-operator/controllers/ray/utils/validation.go` at v1.7.0 (commit
    59d663aeec13760646da3db9c1cf8cfe883e30b7) that apply to specs orchestrate renders, one small
    function each, named in a comment above it with the Go line it mirrors. KubeRay stops at its first
@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from .kuberay_schema import (  # noqa: F401 - Finding, crd_schema, to_json_schema: this module's API too
+from .schema import (  # noqa: F401 - Finding, crd_schema, to_json_schema: this module's API too
     _CRD_FILES,
     _DNS1035_LABEL,
     _JSON_TYPES,

@@ -2,7 +2,7 @@
 that died without unwinding (SIGKILL: their ssh dies with them, the folder stays) are removed by
 the next forward; nothing else is: not a live process's, not one of another PID namespace (whose
 pids cannot be asked about), not another user's, not an older name, never what a link points
-at. On a folder of the test's own standing in for /tmp. (tests/test_forward.py checks, over
+at. On a folder of the test's own standing in for /tmp. (tests/launch/test_forward.py checks, over
 real SSH, that a forward names its folder so and sweeps before it makes one.)"""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from orchestrator.launch.head import forward_folder_prefix, sweep_forward_folders
+from orchestrator.launch.ray_up.head import forward_folder_prefix, sweep_forward_folders
 
 
 def dead_pid() -> int:

@@ -15,17 +15,18 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-from .. import providers
-from ..errors import ClusterError
-from ..state import ClusterRecord, State, cluster_key
-from ..util import ssh
-from ..util.processes import dies_with_parent, handing_signals_to, ray_command, stop_child_group
-from ..util.progress import Progress
+from ... import providers
+from ...errors import ClusterError
+from ...state import ClusterRecord, State, cluster_key
+from ...util import ssh
+from ...util.processes import dies_with_parent, handing_signals_to, ray_command, stop_child_group
+from ...util.progress import Progress
+from ..base import Feature
 from . import head, known_hosts, launcher_auth, local_nodes
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -145,20 +146,41 @@ def _pump(process: subprocess.Popen[str], log: IO[str], lines: list[str], progre
 
 class RayUp:
     """The `ray_up` LaunchBackend: `ray up` / `ray down` of one rendered config file, with the
-    provider's environment; the head reached over SSH (orchestrator.launch.head).
+    provider's environment; the head reached over SSH (orchestrator.launch.ray_up.head).
 
     The launcher's own files (the on-prem provider's node list, config cache, bootstrap temp
     files) live in the cluster's workspace, not in /tmp where other clusters and users meet.
     """
 
     NAME = "ray-up"
+    FEATURES = frozenset({Feature.SHELL_ON_HEAD})
     FORWARD = "an SSH forward"
     VIA = "ssh"
-    SHELL_ON_HEAD = True
 
     def __init__(self, state: State, progress: Progress) -> None:
         self.state = state
         self.progress = progress
+
+    @staticmethod
+    def teardown_words(name: str, config: Mapping[str, Any],
+                       record: Mapping[str, Any]) -> list[str]:
+        """`ray down` with the recorded config: its hosts, how it logs in, and the commands the
+        config holds (shown, never run by `ray down`)."""
+        provider = _mapping(config.get("provider"))
+        auth = _mapping(config.get("auth"))
+        hosts = [provider.get("head_ip") or record.get("head_ip"),
+                 *(provider.get("worker_ips") or [])]
+        lines = [f"`ray down` with the state's config: provider {provider.get('type')!r}"
+                 + (f", hosts {', '.join(repr(h) for h in hosts if h)}" if any(hosts) else "")]
+        lines.append(f"ssh as {auth.get('ssh_user')!r} with key {auth.get('ssh_private_key')!r}"
+                     + (f" through the proxy command {auth['ssh_proxy_command']!r}"
+                        if auth.get("ssh_proxy_command") else ""))
+        docker = _mapping(config.get("docker"))
+        if docker.get("container_name"):
+            lines.append(f"docker container {docker['container_name']!r}")
+        for key in sorted(k for k in config if str(k).endswith("_commands") and config[k]):
+            lines.append(f"{key} (recorded, not run by `ray down`): {config[key]!r}")
+        return lines
 
     def _scratch(self, name: str) -> Path:
         return self.state.store.workspace(name) / "launcher"
@@ -305,3 +327,8 @@ def _explained(forward: AbstractContextManager[int], auth: dict[str, object],
                 pass
             raise
         yield port
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """A state's value where a mapping belongs (state is data: it may hold anything)."""
+    return value if isinstance(value, Mapping) else {}

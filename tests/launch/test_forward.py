@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from orchestrator.launch import head
+from orchestrator.launch.ray_up import head
 from orchestrator.util import http, listeners, ports
 from orchestrator.util.waiting import until
 from tests.providers.test_local import sshd  # noqa: F401 - the fixture

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ClusterError
+from ...errors import ClusterError
 
 
 class CloudUnasked(ClusterError):
@@ -28,7 +28,7 @@ class CloudUnasked(ClusterError):
 
 def where(config: dict[str, Any]) -> str:
     """`AWS us-west-2`, `GCP project p (us-central1)`: where a config's cluster is looked for."""
-    from .. import providers
+    from ... import providers
 
     kind = str((config.get("provider") or {}).get("type"))
     site = providers.RAY_UP.get(kind)

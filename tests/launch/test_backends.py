@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from orchestrator import launch, providers
-from orchestrator.launch.ray_up import RayUp
+from orchestrator.launch.ray_up.backend import RayUp
 from orchestrator.state import ClusterRecord
 
 

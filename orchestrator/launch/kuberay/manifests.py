@@ -10,9 +10,9 @@
 Pure: the same config always gives the same resource. What Ray's own autoscaler reads back from
 it (ray/autoscaler/_private/kuberay/autoscaling_config.py) is the config's node types: each
 group's `resources` (what Ray advertises), min/max replicas, `labels`, and the autoscaler's
-idle timeout and upscaling mode; tests/render/test_kuberay.py holds Ray's reading to the file.
+idle timeout and upscaling mode; tests/launch/test_kuberay_manifests.py holds Ray's reading to the file.
 Every resource is checked against KubeRay's CRD schema and the operator's rules
-(orchestrator.providers.kuberay_check) before anything reaches an API server.
+(orchestrator.launch.kuberay.check) before anything reaches an API server.
 """
 from __future__ import annotations
 
@@ -20,13 +20,21 @@ import copy
 import json
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..providers import kuberay
+from ...providers import kuberay
 
-if TYPE_CHECKING:
-    from ..contract import JobConfig
-    from .experiment import JobPlan
+
+class Submission(Protocol):
+    """What a RayJob is made from: a job to submit (render.experiment's JobPlan)."""
+
+    @property
+    def runtime_env(self) -> dict[str, Any]: ...
+    @property
+    def config(self) -> Mapping[str, object]: ...
+    @property
+    def submission_id(self) -> str: ...
+
 
 Config = dict[str, Any]
 
@@ -163,7 +171,7 @@ def source_path(config: Config, path: tuple[str | int, ...]) -> tuple[str | int,
 def refused(config: Config) -> list[tuple[tuple[str | int, ...], str]]:
     """What KubeRay would refuse in the config's RayCluster: (where in the cluster file, what),
     the RayCluster's own field named in each message."""
-    from ..providers.kuberay_check import findings
+    from .check import findings
 
     manifest = ray_cluster(config)
     return [(source_path(config, finding.path),
@@ -209,7 +217,7 @@ def job_runtime_env(runtime_env: Config, uris: Mapping[str, str]) -> Config:
     return env
 
 
-def ray_job(plan: JobPlan[JobConfig], cluster_config: Config, own: Mapping[str, Any],
+def ray_job(plan: Submission, cluster_config: Config, own: Mapping[str, Any],
             uris: Mapping[str, str]) -> Config:
     """The RayJob of a run on a cluster of its own: KubeRay makes the cluster from the cluster
     file's RayCluster spec, its submitter runs `ray job submit` with orchestrate's entrypoint
@@ -217,7 +225,7 @@ def ray_job(plan: JobPlan[JobConfig], cluster_config: Config, own: Mapping[str, 
     the job: `delete_after_seconds` after a success, `keep_failed_seconds` after a failure
     (kuberay#2615: a failed job's head kept to look into), with its workers freed at once
     where no autoscaler would refuse that."""
-    from ..contract import IMAGE_ENTRYPOINT
+    from ...contract import IMAGE_ENTRYPOINT
 
     cluster = ray_cluster(cluster_config)
     name = resource_name(str(plan.config["name"]), plan.submission_id)
@@ -335,13 +343,13 @@ def _rule(policy: str, status: str, ttl: int) -> Config:
     return {"policy": policy, "condition": {"jobStatus": status, "ttlSeconds": ttl}}
 
 
-def ray_service(application: Config, cluster_config: Config, port: int) -> Config:
-    """The RayService of a service: `serveConfigV2` is the Serve config `orchestrate serve`
-    deploys (render.service), as YAML; KubeRay PUTs it to the cluster's Serve as JSON."""
-    from .service import http_options, render_config
-
+def ray_service(serve_config: Config, cluster_config: Config) -> Config:
+    """The RayService of a service: `serveConfigV2` is `serve_config`, the Serve config of its one
+    application that `orchestrate serve` deploys (render.service; its proxy on the pod's every
+    address, "0.0.0.0"), as YAML; KubeRay PUTs it to the cluster's Serve as JSON."""
     cluster = ray_cluster(cluster_config)
-    serve_config = render_config(application, http_options("0.0.0.0", port))
+    port = serve_config["http_options"]["port"]
+    [application] = serve_config["applications"]
     for entry in cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]:
         if entry["name"] == "serve":   # KubeRay's probes and serve Service use the named port
             entry["containerPort"] = port
@@ -355,6 +363,6 @@ def ray_service(application: Config, cluster_config: Config, port: int) -> Confi
 
 def findings_at(manifest: Config) -> list[str]:
     """What KubeRay would refuse in a RayJob or RayService, one line each with its field."""
-    from ..providers.kuberay_check import findings
+    from .check import findings
 
     return [f"{manifest['kind']} {dotted(f.path)}: {f.message}" for f in findings(manifest)]
