@@ -153,3 +153,56 @@ def test_every_extra_and_the_distribution_name_are_where_install_is_described() 
     for path, text in texts.items():
         wrong = old.findall(text)
         assert not wrong, f"{path.relative_to(ROOT)}: {wrong} installs the other project's distribution"
+
+
+DESIGN = ROOT / "docs" / "design.md"
+# a path in backticks, from the repository's root
+REPO_PATH = re.compile(r"`((?:orchestrator|tests|scripts|benchmarks|schemas|docs)/[\w/.-]+)`")
+# a row of the package layout: | `package/` | what its modules do |
+PACKAGE_ROW = re.compile(r"^\| `(\w+)/` \| (.*)\|$")
+
+
+def design_misreadings(text: str, package: Path) -> tuple[list[str], list[str]]:
+    """(the modules the design names that do not exist, the modules of a package its row of
+    the package layout leaves out)."""
+    root = package.parent
+    missing = [path for path in REPO_PATH.findall(text) if not (root / path).exists()]
+    omitted = []
+    for line in text.splitlines():
+        row = PACKAGE_ROW.match(line)
+        if not row:
+            continue
+        name, said = row.groups()
+        folder = package / name
+        if not folder.is_dir():
+            missing.append(f"{name}/")
+            continue
+        for module in re.findall(r"`([\w/]+\.py)`", said):
+            if not REPO_PATH.match(f"`{module}`") and not list(folder.rglob(Path(module).name)):
+                missing.append(f"{name}/{module}")
+        words = set(re.findall(r"`([\w/.]+)`", said)) | set(re.findall(r"[\w/]+\.py", said))
+        for path in sorted(folder.rglob("*.py")):
+            relative = path.relative_to(folder)
+            if path.name == "__init__.py" or "__pycache__" in relative.parts:
+                continue
+            if not words & {str(relative), path.name, path.stem}:
+                omitted.append(f"{name}/{relative}")
+    return missing, omitted
+
+
+def test_the_design_names_modules_that_exist_and_every_module_of_a_package() -> None:
+    missing, omitted = design_misreadings(DESIGN.read_text(), ROOT / "orchestrator")
+    assert missing == [], f"docs/design.md names what does not exist: {missing}"
+    assert omitted == [], f"docs/design.md's package layout leaves out: {omitted}"
+
+
+def test_the_design_check_can_fail(tmp_path: Path) -> None:
+    package = tmp_path / "orchestrator"
+    (package / "jobs").mkdir(parents=True)
+    for module in ("client.py", "serve.py", "__init__.py"):
+        (package / "jobs" / module).write_text("")
+    text = ("| `jobs/` | `client.py` (the client), `gone.py` (no more) |\n"
+            "See `orchestrator/render/kuberay.py`.\n")
+    missing, omitted = design_misreadings(text, package)
+    assert missing == ["orchestrator/render/kuberay.py", "jobs/gone.py"]
+    assert omitted == ["jobs/serve.py"]
