@@ -30,7 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "handwritten" / "handwritten_quickstart.py"
 PHASES = ("submit", "job start", "driver", "data", "workers", "epochs", "shutdown", "results",
-          "end")   # `orchestrator.jobs.phases`, in order (the JSON's keys are sorted)
+          "end")   # `orchestrator.run.phases`, in order (the JSON's keys are sorted)
 SIDES = ("cold orchestrate", "cold script", "warm orchestrate", "script, job submit")
 
 

@@ -39,7 +39,7 @@ WORKER_SETUP = f"{WORKLOAD_MODULE}.worker.setup"   # runtime_env worker_process_
 # shows to anyone who may list jobs. The driver and every worker copy them into os.environ.
 SECRETS_MODULE = "orchestrate_job_secrets"
 SECRET_NAMES_ENV = "ORCHESTRATE_SECRET_NAMES"   # their names (comma-separated), in env_vars
-TRIALS_ENV = "ORCHESTRATE_TRIALS_AT_ONCE"   # a sweep's trials at once, as reserved (jobs.needs)
+TRIALS_ENV = "ORCHESTRATE_TRIALS_AT_ONCE"   # a sweep's trials at once, as reserved (run.needs)
 EPOCH_MARK = "ORCHESTRATE_EPOCH "
 TRIAL_MARK = "ORCHESTRATE_TRIAL "
 RESULT_MARK = "ORCHESTRATE_RESULT "

@@ -120,7 +120,7 @@ class SharedRay:
     def tidy(self) -> None:
         """After a test: the jobs it left running are stopped and Serve is shut down, so the
         next test finds the Ray idle, as if it were new."""
-        from orchestrator.jobs.client import TERMINAL, JobsClient
+        from orchestrator.clients.jobs import TERMINAL, JobsClient
         from orchestrator.reach import embedded
         from orchestrator.util import http
 

@@ -18,7 +18,9 @@ LAYERS = [
     {"render"},
     {"reach"},
     {"cluster"},
-    {"jobs", "gitops"},
+    {"clients"},
+    {"run", "observe"},
+    {"serving", "results", "gitops"},
     {"commands", "cli", "__main__"},
 ]
 # The code that runs on the cluster ships with the job: it may use only these. (Above it, the

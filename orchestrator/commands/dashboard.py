@@ -1,5 +1,5 @@
 """orchestrate dashboard [NAME]: Ray's dashboard in a browser, signed in, until Ctrl-C
-(the use case: `jobs.dashboard`).
+(the use case: `observe.dashboard`).
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import signal
 import sys
 
 from ..errors import ClusterError, Terminated
-from ..jobs import dashboard
+from ..observe import dashboard
 from ..output import add_format_argument, emit_json, info
 
 

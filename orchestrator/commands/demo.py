@@ -1,5 +1,5 @@
 """orchestrate demo NAME|FILE: a served model's demo page (`demo: true` in its service file) in a
-browser, signed in through a one-time link, until Ctrl-C (the use case: `jobs.serve_demo`)."""
+browser, signed in through a one-time link, until Ctrl-C (the use case: `serving.demo`)."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,7 @@ from ..errors import Terminated
 from ..output import add_format_argument, emit_json, info
 
 if TYPE_CHECKING:
-    from ..jobs.serve_demo import Opened
+    from ..serving.demo import Opened
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs import serve_demo
+    from ..serving import demo as serve_demo
     from ..state import State
 
     state = State.here()

@@ -17,7 +17,7 @@ def _when(ms: int | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs.targets import jobs_on
+    from ..clients.targets import jobs_on
     from ..state import State
     from . import pick
 

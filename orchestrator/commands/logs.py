@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs.targets import archived, jobs_of
+    from ..clients.targets import archived, jobs_of
     from ..state import State
     from . import pick
 

@@ -57,8 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs import predict
     from ..render.predict import Settings
+    from ..serving import predict
     from ..state import State
     from .run import finish
 

@@ -10,7 +10,7 @@ from ..output import add_format_argument, emit_json, info, printable
 
 
 def _duration(text: str) -> int:
-    from ..jobs.profile import MAX_DURATION
+    from ..observe.profile import MAX_DURATION
 
     try:
         value = int(text)
@@ -23,7 +23,7 @@ def _duration(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ..jobs.profile import DEFAULT_DURATION
+    from ..observe.profile import DEFAULT_DURATION
 
     parser.add_argument("job", metavar="JOB", help="the running job's submission id")
     parser.add_argument("--cluster", metavar="NAME|CLUSTER.yaml",
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     import contextlib
     import time
 
-    from ..jobs.profile import default_folder, profile_job
+    from ..observe.profile import default_folder, profile_job
     from ..reach import embedded
     from ..reach.target import open_target
     from ..state import State

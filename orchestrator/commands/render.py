@@ -39,8 +39,8 @@ def render_document(spec: ClusterSpec | ExperimentSpec | ServiceSpec) -> dict[st
     from ..contract import CONFIG_ENV
     from ..render.experiment import render_job, ship
 
-    if "own_cluster" in spec.document:   # a RayJob (orchestrator.jobs.rayjob)
-        from ..jobs import rayjob
+    if "own_cluster" in spec.document:   # a RayJob (orchestrator.run.rayjob)
+        from ..run import rayjob
 
         shipped = ship(spec)
         return rayjob.manifest(spec, render_job(spec, shipped), shipped)
@@ -61,8 +61,8 @@ def render_service(spec: ServiceSpec) -> dict[str, Any]:
     """Serve's config for the service: the checkpoint it would serve now (if this machine knows
     one), the token's hash and orchestrate's package shown as what they stand for."""
     from ..errors import Problem, SpecError
-    from ..jobs.serve import checkpoint_of
     from ..render import service
+    from ..serving.serve import checkpoint_of
     from ..state import State
 
     try:

@@ -33,7 +33,7 @@ def show(summary: dict[str, Any], fmt: str = "text") -> None:
         if summary.get(key) is not None:
             rows.append([label, _number(summary[key])])
     if summary.get("phases"):
-        from ..jobs.phases import text
+        from ..run.phases import text
 
         rows.append(["time (s)", text(summary["phases"])])
     tracking = summary.get("tracking") or {}
@@ -48,7 +48,7 @@ def show(summary: dict[str, Any], fmt: str = "text") -> None:
 
 
 def _show_trials(summary: dict[str, Any]) -> None:
-    from ..jobs.compare import trials
+    from ..results.compare import trials
     from ..util.text import differing, flatten
 
     ranked = trials(summary)
@@ -67,7 +67,7 @@ def _number(value: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs.experiment import find_results
+    from ..run.experiment import find_results
     from ..state import State
 
     state = State.here()
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         show(summaries[0], args.format)
         return 0
     from ..errors import require
-    from ..jobs import compare
+    from ..results import compare
     from ..state import home
 
     require("pyarrow", "pyarrow", "ray")          # the histories, where the runs wrote them

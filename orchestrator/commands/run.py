@@ -15,7 +15,7 @@ from ..output import add_format_argument, emit_json, info
 
 if TYPE_CHECKING:
     from ..contract import JobConfig
-    from ..jobs import experiment, progress
+    from ..run import experiment, progress
     from ..util.workdir import WorkingDir
 
 
@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs import experiment
     from ..language.experiment import load_experiment
+    from ..run import experiment
     from ..state import State
     from .results import show
 
@@ -82,7 +82,7 @@ def _display(args: argparse.Namespace, config: JobConfig, job_id: str,
     """The job's log to a file; on the screen what -v / -q / a terminal ask for."""
     import sys
 
-    from ..jobs import progress
+    from ..run import progress
     from ..state import home
     from ..util.text import hide
 

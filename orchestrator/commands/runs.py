@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs import runs
+    from ..results import runs
     from ..state import State
 
     state = State.here()
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _waiting(row: dict[str, Any]) -> str:
-    """A queued run: what it waits for (`jobs.needs`)."""
+    """A queued run: what it waits for (`run.needs`)."""
     return f"queued for {row['needs']}" if row["status"] == "PENDING" and row.get("needs") else ""
 
 
@@ -48,12 +48,12 @@ def _when(seconds: float | None) -> str:
 
 
 def _duration(seconds: float | None) -> str:
-    from ..jobs.progress import clock
+    from ..run.progress import clock
 
     return clock(seconds) if seconds is not None else "-"
 
 
 def _metrics(metrics: dict[str, Any]) -> str:
-    from ..jobs.progress import metrics_text
+    from ..run.progress import metrics_text
 
     return metrics_text(metrics, limit=3).replace("  ", " ")

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs import serve
+    from ..serving import serve
     from ..state import State
 
     state = State.here()

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs.targets import jobs_of
+    from ..clients.targets import jobs_of
     from ..reach import embedded
     from ..state import State
     from . import pick

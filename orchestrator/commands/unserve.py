@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..jobs import serve
+    from ..serving import serve
     from ..state import State
 
     found = serve.remove(args.name, State.here(), info)

@@ -1,5 +1,5 @@
 """Carrying out one change of a project, through the commands' own machinery (cluster.apply's
-`up` and `tear_down`, jobs.experiment's submit), with the state entry written after each:
+`up` and `tear_down`, run.experiment's submit), with the state entry written after each:
 
     cluster_up(spec, file, ps, doc, who, progress) -> UpResult
     cluster_down(name, ps, doc, who, progress, from_state=False)
@@ -112,7 +112,7 @@ def cluster_down(name: str, ps: ProjectState, doc: StateDoc, progress: Progress,
 
 def experiment_submit(spec: ExperimentSpec, file: str, content_hash: str, ps: ProjectState,
                       doc: StateDoc, who: LockInfo | None, progress: Progress) -> str:
-    from ..jobs import experiment
+    from ..run import experiment
 
     if spec.cluster is not None:
         checkout_cluster(spec.cluster.name, ps, doc, spec=spec.cluster)
@@ -140,7 +140,7 @@ def experiment_entry(name: str, file: str, content_hash: str, cluster: str | Non
 def experiment_stop(name: str, ps: ProjectState, doc: StateDoc, progress: Progress, *,
                     forget: bool = True, from_state: bool = False) -> None:
     """Stop the experiment's recorded job (if its Ray still has it); then forget the entry."""
-    from ..jobs.targets import jobs_on
+    from ..clients.targets import jobs_on
     from ..reach.target import recorded_cluster
 
     entry = doc.resources[address("experiment", name)]

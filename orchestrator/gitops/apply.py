@@ -111,7 +111,7 @@ def _check_submissions(planned: Planned) -> None:
     """What `run` refuses before submitting (an unset `from_env` variable, a wheel the upload
     leaves out), for every experiment to submit, before the first change: a resubmit stops the
     earlier job first, and nothing should be stopped for a job that cannot start."""
-    from ..jobs.experiment import check_environment
+    from ..run.experiment import check_environment
 
     problems = []
     for change in planned.plan.actions:
@@ -169,9 +169,9 @@ def _carry_out(change: Change, planned: Planned, ps: ProjectState, who: Any, app
 
 def _wait(applied: Applied, ps: ProjectState, progress: Progress) -> None:
     """--wait: follow each submitted job to its end; JobError naming the ones that failed."""
-    from ..jobs.experiment import epoch_printer
-    from ..jobs.targets import jobs_on
+    from ..clients.targets import jobs_on
     from ..reach.target import recorded_cluster
+    from ..run.experiment import epoch_printer
     from ..state.document import address
 
     for name, job in applied.jobs.items():

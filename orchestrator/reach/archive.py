@@ -83,7 +83,7 @@ class Archived:
 
     def reason(self) -> str | None:
         """Why it did not succeed (None if it did): the job's own error, as its result line
-        says (what `jobs.experiment.outcome` reports), else Ray's message's first line."""
+        says (what `run.experiment.outcome` reports), else Ray's message's first line."""
         if self.status == "SUCCEEDED":
             return None
         if self.stopped_with_ray:

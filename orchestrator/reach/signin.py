@@ -94,7 +94,7 @@ class SignIn:
                  cookie: Callable[[], str] | None = None,
                  command: str = "orchestrate dashboard") -> None:
         """`cookie`: makes the `Set-Cookie` to hand on (default: Ray's, `ray_cookie`; the demo
-        page of a service: an expiring sign-in of its own secret, `jobs.serve_demo`, with
+        page of a service: an expiring sign-in of its own secret, `serving.demo`, with
         `token` unused); an
         OrchestrateError it raises is the browser's 502 page; `command`: the one to run again."""
         self.dashboard = dashboard.rstrip("/")

@@ -44,7 +44,7 @@ class JobPlan(Generic[Config]):
     config: Config
     submission_id: str
     # The job's variables whose values come from the submitting environment (job's name ->
-    # submitter's name); `jobs.secrets` ships the values apart from the runtime_env.
+    # submitter's name); `run.secrets` ships the values apart from the runtime_env.
     secrets: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

@@ -38,7 +38,7 @@ TLS_ENV = ("export RAY_USE_TLS=1 RAY_TLS_CA_CERT=$HOME/.ray/tls/ca.crt "
            "RAY_TLS_SERVER_CERT=$HOME/.ray/tls/node.crt "
            "RAY_TLS_SERVER_KEY=$HOME/.ray/tls/node.key; ")
 
-# On a head (a cluster's, the embedded Ray), for Ray's job queue (`jobs.needs`): a job may wait
+# On a head (a cluster's, the embedded Ray), for Ray's job queue (`run.needs`): a job may wait
 # PENDING for its turn without limit (Ray fails one after 15 minutes), and an uploaded
 # working_dir package is kept a day for it unless a running job holds it (Ray's default: 10
 # minutes, after which a job that waited longer could not start).

@@ -5,7 +5,7 @@ cluster reads (s3://, gs://, or file:/// on a volume its pods mount), named by t
 
 A job sent through the Job API has Ray upload its working_dir and orchestrate's package from
 here; KubeRay's submitter runs in the Kubernetes cluster, so `run` puts them in the store first
-(orchestrator.jobs.package_store) and the runtime_env names them. Ray unpacks a remote zip
+(orchestrator.run.package_store) and the runtime_env names them. Ray unpacks a remote zip
 without its single top-level folder (ray/_private/runtime_env/packaging.py,
 `remove_top_level_directory=True`): each zip holds one folder, and orchestrate's holds the
 `orchestrator` package inside it, so the package is what lands on the module path.

@@ -1,4 +1,4 @@
-"""When the job reached each step, for the run's phase breakdown (`jobs.phases`): wall-clock
+"""When the job reached each step, for the run's phase breakdown (`run.phases`): wall-clock
 marks in the driver, sent in the result line as `timing`.
 
     main       the driver's `main()` began (its interpreter and orchestrate imported)

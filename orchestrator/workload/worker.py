@@ -15,7 +15,7 @@ from ..util.text import hide
 __all__ = ["forget_secrets", "framework_environment", "hide", "load_secrets", "setup"]
 
 def load_secrets() -> dict[str, str]:
-    """The values `jobs.secrets` shipped (contract.SECRETS_MODULE), copied into os.environ;
+    """The values `run.secrets` shipped (contract.SECRETS_MODULE), copied into os.environ;
     RuntimeError when the job expects some (contract.SECRET_NAMES_ENV) and they did not come."""
     names = os.environ.get(contract.SECRET_NAMES_ENV)
     if not names:

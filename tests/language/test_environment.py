@@ -12,9 +12,9 @@ import yaml
 
 from orchestrator.cli import main
 from orchestrator.errors import SpecError
-from orchestrator.jobs.experiment import check_environment
 from orchestrator.language.experiment import load_experiment
 from orchestrator.render.experiment import render_job, ship
+from orchestrator.run.experiment import check_environment
 
 LOOP = "def train_loop_per_worker(config):\n    pass\n"
 
@@ -215,7 +215,7 @@ def test_render_shows_a_placeholder_for_a_secret(tmp_path, monkeypatch, capsys):
 
 def test_an_unset_from_env_variable_does_not_fail_validate(tmp_path, monkeypatch, capsys):
     """`validate` runs on pull requests, where deployment secrets are usually absent; `run`
-    refuses (tests/jobs/test_secrets.py)."""
+    refuses (tests/run/test_secrets.py)."""
     monkeypatch.delenv("NOT_SET_HERE", raising=False)
     path = write(tmp_path, {"env_vars": {"TOKEN": {"from_env": "NOT_SET_HERE"}}})
     assert main(["validate", str(path)]) == 0

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from orchestrator.cli import main
-from orchestrator.jobs.progress import total_epochs
 from orchestrator.language.experiment import load_experiment
 from orchestrator.render.experiment import resolve_config
+from orchestrator.run.progress import total_epochs
 
 TABLE = {"train": {"format": "csv", "path": "train.csv"}}
 

@@ -209,9 +209,9 @@ def as_rayjob(path: Path) -> dict:
     """The example's RayJob on the KubeRay example cluster (its own `own_cluster`, if any)."""
     from dataclasses import replace
 
-    from orchestrator.jobs import rayjob
     from orchestrator.language.experiment import load_experiment
     from orchestrator.render.experiment import render_job, ship
+    from orchestrator.run import rayjob
 
     spec = load_experiment(path, here=False)
     own = spec.document.get("own_cluster") or {"package_store": STORE}
@@ -330,9 +330,9 @@ def test_yaml_fields_kuberay_reads_with_go_are_json_every_string_quoted(tmp_path
 def test_a_rayjob_that_keeps_nothing_is_shut_down_after_its_ttl(tmp_path):
     from dataclasses import replace
 
-    from orchestrator.jobs import rayjob
     from orchestrator.language.experiment import load_experiment
     from orchestrator.render.experiment import render_job, ship
+    from orchestrator.run import rayjob
 
     spec = load_experiment(REPO / "experiments" / "quickstart-kuberay.yaml", here=False)
     own = {"package_store": STORE, "delete_after_seconds": 30, "keep_failed_seconds": 0}

@@ -18,7 +18,8 @@ from orchestrator.cli import main
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
 EXAMPLES = sorted(REPO.glob("cluster_configs/*.yaml")) + sorted(REPO.glob("experiments/*.yaml"))
-# Those launched with `ray up`; a KubeRay cluster renders to a RayCluster (tests/launch/test_kuberay_manifests.py).
+# Those launched with `ray up`; a KubeRay cluster renders to a RayCluster
+# (tests/launch/test_kuberay_manifests.py).
 CLUSTERS = [p for p in sorted(REPO.glob("cluster_configs/*.yaml"))
             if yaml.safe_load(p.read_text())["provider"]["type"] != "kuberay"]
 FAKE_HOME = "/ORCHESTRATE_HOME"

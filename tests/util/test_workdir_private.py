@@ -13,10 +13,10 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.errors import SpecError
-from orchestrator.jobs.experiment import RunOptions, prepare
 from orchestrator.language.experiment import load_experiment
+from orchestrator.run.experiment import RunOptions, prepare
 from orchestrator.util.workdir import DEFAULT_EXCLUDES, scan
-from tests.jobs.test_prepare import experiment
+from tests.run.test_prepare import experiment
 
 # Not a key: the shape of one (a PEM block's markers around a base64 body).
 BODY = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7" * 3

@@ -22,10 +22,10 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.errors import ServeError
-from orchestrator.jobs import serve_demo
 from orchestrator.language.service import load_service
 from orchestrator.reach.signin import SignIn
 from orchestrator.render import service
+from orchestrator.serving import demo as serve_demo
 from orchestrator.state import demo_key, service_key
 from orchestrator.util.http import DIRECT
 from orchestrator.workload import access, demo_page

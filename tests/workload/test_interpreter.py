@@ -93,13 +93,13 @@ def test_the_setup_hook_is_in_the_jobs_runtime_env():
 
 
 def test_the_setup_hook_loads_the_shipped_secrets(monkeypatch):
-    """What `jobs.secrets.shipped` writes is what the job's processes read (Ray puts the
+    """What `run.secrets.shipped` writes is what the job's processes read (Ray puts the
     package's folder on sys.path; here, the test does). A job that expects secrets and does not
     find them fails, rather than run without them."""
     import sys
     from pathlib import Path
 
-    from orchestrator.jobs.secrets import shipped
+    from orchestrator.run.secrets import shipped
 
     monkeypatch.setenv("API_KEY", "before")   # set, so that monkeypatch restores its absence
     monkeypatch.delenv("API_KEY")

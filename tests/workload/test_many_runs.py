@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from orchestrator.jobs import needs
-from orchestrator.jobs.client import TERMINAL, JobsClient
+from orchestrator.clients.jobs import TERMINAL, JobsClient
+from orchestrator.run import needs
 from orchestrator.state import State
 from orchestrator.util import http, nodes
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from orchestrator.cli import main
-from orchestrator.jobs import serve as serving
+from orchestrator.serving import serve as serving
 from orchestrator.state import State, demo_key
 from orchestrator.workload import demo_page
 from tests.squatters import Squatter
@@ -294,12 +294,12 @@ def test_a_rayservices_serve_config_answers_when_deployed_as_kuberay_deploys_it(
     RayService's cluster (no Kubernetes runs here) and orchestrate's package comes from a
     file:// store, as a pod would read a mounted one; only http_options' host is this machine's
     loopback, where the pod listens on all its addresses."""
-    from orchestrator.jobs import package_store
     from orchestrator.language.cluster import load_cluster
     from orchestrator.language.service import load_service
     from orchestrator.launch.kuberay import manifests as kuberay
     from orchestrator.render import service
     from orchestrator.render.cluster import render_cluster
+    from orchestrator.run import package_store
     from orchestrator.util.ports import free_port
 
     repo = Path(__file__).resolve().parents[2]

@@ -91,7 +91,7 @@ def test_render_and_serve_of_a_crafted_run_unpickle_nothing_here(tmp_path, monke
     assert str(checkpoint) in capsys.readouterr().out   # it read the run's JSON to get there
     assert not marker.exists()
 
-    monkeypatch.setattr("orchestrator.jobs.serve.open_target", refused_ray)
+    monkeypatch.setattr("orchestrator.serving.serve.open_target", refused_ray)
     for model in ({"run": str(run)}, {"checkpoint": str(checkpoint)}):
         assert main(["serve", str(service(tmp_path, **model))]) == 1
         assert BOUNDARY in capsys.readouterr().err   # everything before the Ray was done
@@ -102,7 +102,7 @@ def test_predict_of_a_crafted_run_unpickles_nothing_here(tmp_path, monkeypatch, 
     marker = tmp_path / "ran"
     run, checkpoint = crafted_run(tmp_path, marker)
     (tmp_path / "rows.csv").write_text("a,b\n1,2\n")
-    monkeypatch.setattr("orchestrator.jobs.predict.jobs_target", refused_ray)
+    monkeypatch.setattr("orchestrator.serving.predict.jobs_target", refused_ray)
     for source in (run, checkpoint):
         assert main(["predict", str(source), "--data", str(tmp_path / "rows.csv"),
                      "--output", str(tmp_path / "out")]) == 1

@@ -45,7 +45,7 @@ def _defaults(config: JobConfig) -> dict[str, str]:
 
 
 def _concurrency(config: JobConfig) -> int:
-    """Trials at once: as many as the run reserved in Ray's queue (`jobs.needs`), else as fit
+    """Trials at once: as many as the run reserved in Ray's queue (`run.needs`), else as fit
     in the Ray's CPUs."""
     import os
 

@@ -1,6 +1,6 @@
 """The job queue on a cluster (issue 31): a run that can never fit fails at once, naming what it
 asks for and what the cluster has (its nodes' CPUs: the hosts have 2 each, 6 in all). Runs that
-fit wait their turn in the same code on one node and on many (orchestrator/jobs/needs.py): the
+fit wait their turn in the same code on one node and on many (orchestrator/run/needs.py): the
 many tier proves it with three runs on the embedded Ray (tests/workload/test_many_runs.py); the
 same three runs here (until 2026-12-03) took about two minutes of the ssh tier."""
 from __future__ import annotations

@@ -224,8 +224,8 @@ def post_status(url: str, body: dict, headers: dict | None = None) -> int:
 
 
 def test_a_submission_without_the_token_is_refused(ssh_cluster):
+    from orchestrator.clients.jobs import JobsClient
     from orchestrator.errors import JobError
-    from orchestrator.jobs.client import JobsClient
     from orchestrator.reach.endpoint import Endpoint
 
     body = {"entrypoint": "echo should-not-run"}
