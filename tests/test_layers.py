@@ -21,6 +21,7 @@ LAYERS = [
     {"clients"},
     {"run", "observe"},
     {"serving", "results", "gitops"},
+    {"api"},
     {"commands", "cli", "__main__"},
 ]
 # The code that runs on the cluster ships with the job: it may use only these. (Above it, the

@@ -17,8 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..cluster.remote import attach
+    from ..reach import pick
     from ..state import State
-    from . import pick
 
     state = State.here()
     options = [flag for flag, wanted in (("--screen", args.screen), ("--tmux", args.tmux),

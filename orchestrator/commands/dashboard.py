@@ -28,8 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..reach import pick
     from ..state import State
-    from . import pick
 
     port = dashboard.local_port(args.port)
     if args.embedded and args.name:

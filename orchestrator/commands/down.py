@@ -16,23 +16,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from ..cluster.apply import tear_down
-    from ..gitops import sync
+    from .. import api
+    from ..reach import pick
     from ..state import State
-    from . import pick
 
     state = State.here()
     record = pick.cluster(args.target, state) if args.target else pick.only_cluster(state, "down")
     if not confirm(f"Tear down cluster {record.name} ({record.provider}, state {record.state})?",
                    assume_yes=args.yes):
         raise OrchestrateError("cancelled; nothing was changed")
-    project = sync.project_of(Path(record.file)) if Path(record.file).is_file() else None
-    if project and sync.down(project, record.name, state, info, args.timeout):
-        info(f"cluster {record.name} is down and forgotten (also in project {project.name}'s "
+    done = api.down(record, timeout=args.timeout, progress=info, state=state)
+    if done.project is not None:
+        info(f"cluster {record.name} is down and forgotten (also in project {done.project}'s "
              f"state)")
-    elif tear_down(record.name, state, info, timeout=args.timeout):
+    elif done.was_up:
         info(f"cluster {record.name} is down and forgotten")
     else:
         info(f"cluster {record.name} was already down (another command took it down)")

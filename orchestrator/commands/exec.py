@@ -38,8 +38,8 @@ def split(words: list[str]) -> tuple[str | None, list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     from ..cluster.remote import command_line, exec_on_head
+    from ..reach import pick
     from ..state import State
-    from . import pick
 
     name, command = split(args.words)
     state = State.here()

@@ -18,8 +18,8 @@ def _when(ms: int | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from ..clients.targets import jobs_on
+    from ..reach import pick
     from ..state import State
-    from . import pick
 
     state = State.here()
     with jobs_on(pick.optional_cluster(args.cluster, state), state) as jobs:

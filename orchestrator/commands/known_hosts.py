@@ -27,8 +27,8 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import ClusterError
     from ..launch.ray_up import head, known_hosts
     from ..output import emit_json, print_table
+    from ..reach import pick
     from ..state import State
-    from . import pick
 
     if args.fingerprint and not args.accept:
         raise ClusterError("--fingerprint goes with --accept HOST",

@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..clients.targets import archived, jobs_of
+    from ..reach import pick
     from ..state import State
-    from . import pick
 
     state = State.here()
     try:

@@ -44,10 +44,9 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from ..observe.profile import default_folder, profile_job
-    from ..reach import embedded
+    from ..reach import embedded, pick
     from ..reach.target import open_target
     from ..state import State
-    from . import pick
 
     state = State.here()
     cluster = pick.optional_cluster(args.cluster, state)

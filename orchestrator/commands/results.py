@@ -67,37 +67,20 @@ def _number(value: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..run.experiment import find_results
-    from ..state import State
+    from .. import api
 
-    state = State.here()
-    summaries = [find_results(key, state) for key in args.runs]
-    if len(summaries) == 1:
-        show(summaries[0], args.format)
+    found = api.results(*args.runs, plot=args.plot)
+    if isinstance(found, dict):
+        show(found, args.format)
         return 0
-    from ..errors import require
-    from ..results import compare
-    from ..state import home
-
-    require("pyarrow", "pyarrow", "ray")          # the histories, where the runs wrote them
-    require("matplotlib", "matplotlib", "ray")    # the plot
-
-    histories = [compare.history_of(s) for s in summaries]
-    table = compare.comparison(summaries, histories)
-    png = compare.overlay(summaries, histories, table["params"])
-    if png is not None:
-        names = "-vs-".join(compare.label(s) for s in summaries)[:120]
-        path = args.plot or home() / "plots" / f"compare-{names}.png"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(png)
-        table["plot"] = str(path)
+    table = found.table
     if args.format == "json":
-        emit_json(dict(table, summaries=summaries))
+        emit_json(dict(table, summaries=found.summaries))
         return 0
     rows = [[key, *map(_number, values)] for key, values in table["params"].items()]
     rows += [[f"{m} (final)", *map(_number, v)] for m, v in table["final"].items()]
     rows += [[f"{m} (best)", *map(_number, v)] for m, v in table["best"].items()]
-    print_table(rows or [["(no parameter or metric to compare)"] + [""] * len(summaries)],
+    print_table(rows or [["(no parameter or metric to compare)"] + [""] * len(found.summaries)],
                 ["", *table["runs"]])
     if "plot" in table:
         info(f"plot: {table['plot']}")

@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..cluster.remote import rsync
+    from ..reach import pick
     from ..state import State
-    from . import pick
 
     down = args.command == "rsync-down"
     if len(args.paths) not in (2, 3):

@@ -16,7 +16,6 @@ from ..output import add_format_argument, emit_json, info
 if TYPE_CHECKING:
     from ..contract import JobConfig
     from ..run import experiment, progress
-    from ..util.workdir import WorkingDir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,27 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..language.experiment import load_experiment
-    from ..run import experiment
-    from ..state import State
+    from .. import api
     from .results import show
 
-    spec = load_experiment(args.experiment)
-    options = experiment.RunOptions(detach=args.detach, force=args.force, resume=args.resume,
-                                    quiet=args.quiet)
-    state = State.here()
-
-    def in_project(submission: experiment.Submission, shipped: WorkingDir) -> None:
-        """A project's experiment: its entry in the project's state, as `apply` would write it."""
-        from ..gitops import sync
-
-        project = sync.project_of(spec.path)
-        if project is not None:
-            sync.record_run(project, spec, shipped, submission.job_id, submission.cluster,
-                            state, info)
-
-    ran = experiment.run(spec, options, state, info, lambda config, job_id, secrets:
-                         _display(args, config, job_id, secrets), in_project)
+    ran = api.run(args.experiment, detach=args.detach, force=args.force, resume=args.resume,
+                  quiet=args.quiet, progress=info,
+                  follower=lambda config, job_id, secrets: _display(args, config, job_id, secrets))
     return finish(ran, args.format, show)
 
 
@@ -82,14 +66,7 @@ def _display(args: argparse.Namespace, config: JobConfig, job_id: str,
     """The job's log to a file; on the screen what -v / -q / a terminal ask for."""
     import sys
 
-    from ..run import progress
-    from ..state import home
-    from ..util.text import hide
+    from .. import api
 
-    mode = (progress.VERBOSE if args.verbose else
-            progress.LIVE if sys.stderr.isatty() and not args.quiet else progress.LINES)
-    log_path = home() / "logs" / f"{job_id}.log"
-    if mode != progress.VERBOSE:
-        info(f"the job's whole log: {log_path} (-v shows it here)")
-    return progress.Display(mode, epochs=progress.total_epochs(config), log_path=log_path,
-                            hide=lambda text: hide(text, secrets))
+    return api.display(config, job_id, secrets, verbose=args.verbose,
+                       live=sys.stderr.isatty() and not args.quiet, progress=info)

@@ -7,6 +7,7 @@ import argparse
 import time
 from typing import Any
 
+from ..api import STOPPED
 from ..errors import ClusterError
 from ..output import add_format_argument, emit_json, print_table
 from ..state import State
@@ -22,9 +23,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_format_argument(parser)
 
 
-STOPPED = "stopped"   # by autostop: the record says up, the head's watcher says why not
-
-
 def _resources(live: dict[str, Any]) -> str:
     res = live.get("resources") or {}
     parts = [f"{res[k]:g} {k}" for k in ("CPU", "GPU") if res.get(k)]
@@ -38,9 +36,8 @@ def _embedded(state: State) -> dict[str, Any] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cluster import health
+    from .. import api
     from ..reach import idle
-    from . import pick
 
     state = State.here()
     if args.embedded:
@@ -52,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(idle.describe(report) if report else "the embedded Ray is not running")
         return 0
-    records = [pick.cluster(args.name, state)] if args.name else state.store.list_clusters()
-    rows = [_row(r, state, health.live(r, state), health.autostop(r, state)) for r in records]
+    rows = api.status(args.name, state=state)
     if args.format == "json":
         emit_json(rows)
         return 0
@@ -65,31 +61,6 @@ def run(args: argparse.Namespace) -> int:
     if report:
         print(idle.describe(report))
     return 0
-
-
-def _row(record: Any, state: State, live: dict[str, Any],
-         autostop: dict[str, Any] | None) -> dict[str, Any]:
-    """A cluster's record, what it answers now, its autostop and its price (None: no config
-    recorded)."""
-    from ..cluster.health import Health
-    from ..cluster.price import running
-
-    try:
-        config = state.store.read_rendered(record.name)
-    except ClusterError:
-        config = None   # `live` says why already
-    health = Health(live["nodes_alive"], live["nodes_dead"], live["session"],
-                    node_types=live.get("node_types") or {}) if live["reachable"] else None
-    try:
-        price = running(config, health, record.came_up if health else None) \
-            if config else None
-    except (KeyError, TypeError, ValueError, AttributeError):
-        price = None    # a damaged record: no price, the rest of the row still shows
-    row = {**record.as_dict(), "live": live, "autostop": autostop, "price": price}
-    if autostop and autostop.get("stopped_at") is not None and not live["reachable"]:
-        # the head's watcher took it down: that is its state, whatever this machine recorded
-        row["recorded_state"], row["state"] = row["state"], STOPPED
-    return row
 
 
 def _money(price: dict[str, Any] | None, key: str) -> str:

@@ -19,9 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..clients.targets import jobs_of
-    from ..reach import embedded
+    from ..reach import embedded, pick
     from ..state import State
-    from . import pick
 
     state = State.here()
     if args.embedded:

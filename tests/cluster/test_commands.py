@@ -126,6 +126,7 @@ def test_up_refused_by_preflight_launches_and_records_nothing(tmp_path, state):
 def test_a_cluster_autostop_took_down_is_stopped_in_status(state, capsys):
     """The record on this machine still says up; the head's watcher said why it stopped and
     Ray no longer answers: STATE says stopped (the JSON too, with what was recorded)."""
+    from orchestrator import api
     from orchestrator.commands import status
 
     record = ClusterRecord(name="idle", provider="local", file="/x", config_hash="h", state=UP,
@@ -133,11 +134,11 @@ def test_a_cluster_autostop_took_down_is_stopped_in_status(state, capsys):
     down = {"reachable": False, "error": "no answer", "nodes_alive": 0, "nodes_dead": 0,
             "session": None}
     stopped = {"reason": "idle for 1 min", "stopped_at": 1.0}
-    row = status._row(record, state, down, stopped)
+    row = api._row(record, state, down, stopped)
     assert (row["state"], row["recorded_state"]) == ("stopped", "up")
     status._print_clusters([row])
     [line] = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("idle")]
     assert line.split()[2] == "stopped" and "no answer" not in line
     assert "stopped: idle for 1 min" in line
     # a watcher that has not finished its takedown, or a Ray that still answers: as recorded
-    assert status._row(record, state, down, {"reason": "idle for 1 min"})["state"] == "up"
+    assert api._row(record, state, down, {"reason": "idle for 1 min"})["state"] == "up"

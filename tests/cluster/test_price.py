@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
+from orchestrator.api import _price
 from orchestrator.cluster.health import Health
 from orchestrator.cluster.price import lines, running
-from orchestrator.commands.up import _price
 from orchestrator.language.cluster import load_cluster
 from orchestrator.providers.cost import cluster_price
 from orchestrator.providers.prices import lookup
@@ -111,7 +111,7 @@ def test_the_cost_since_up_counts_from_when_the_cluster_last_came_up():
 
 
 def test_the_record_keeps_when_it_came_up_and_status_counts_from_it(state):
-    from orchestrator.commands.status import _row
+    from orchestrator.api import _row
 
     state.store.write_cluster(ClusterRecord("c", "aws", "/x/c.yaml", "h", state=UP,
                                             created_at=1_000.0, up_at=2_000.0))

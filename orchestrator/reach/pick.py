@@ -9,7 +9,7 @@ from ..state import ClusterRecord, State
 
 def cluster(argument: str, state: State) -> ClusterRecord:
     """The record for a cluster name or the path of its YAML file."""
-    from ..reach.target import recorded_cluster
+    from .target import recorded_cluster
 
     path = Path(argument).expanduser()
     file = path if path.is_file() else None
