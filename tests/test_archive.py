@@ -10,9 +10,7 @@ import contextlib
 import io
 import json
 import os
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,64 +18,25 @@ import pytest
 from orchestrator import contract
 from orchestrator.reach import archive, embedded
 from orchestrator.state import State
+from tests import fake_ray
 
 TOKEN = "the-token"
 NOW = 1_800_000_000.0
-MS = 1000
 
 
-class FakeRay:
-    """Ray's job table and logs on 127.0.0.1, the token required; counts log requests."""
+class FakeRay(fake_ray.FakeRay):
+    """Ray's job table and logs on 127.0.0.1 (tests/fake_ray.py), the token required; counts
+    log requests."""
 
     def __init__(self) -> None:
-        self.jobs: dict[str, dict] = {}
-        self.logs: dict[str, str] = {}
-        self.log_requests: list[str] = []
-        self.failing = False
-        self.garbled = False   # answers that are not JSON (a proxy's error page)
-        fake = self
+        super().__init__(token=TOKEN)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                    return self._send(401, "")
-                parts = self.path.strip("/").split("/")
-                if fake.garbled:
-                    return self._send(200, "<html>Bad Gateway</html>")
-                if self.path == "/api/jobs/":
-                    return self._send(200, json.dumps(list(fake.jobs.values())))
-                if len(parts) == 4 and parts[3] == "logs" and parts[2] in fake.jobs:
-                    fake.log_requests.append(parts[2])
-                    if fake.failing:
-                        return self._send(500, "broken")
-                    return self._send(200, json.dumps({"logs": fake.logs[parts[2]]}))
-                return self._send(404, "Job does not exist")
-
-            def _send(self, code: int, text: str) -> None:
-                self.send_response(code)
-                self.end_headers()
-                self.wfile.write(text.encode())
-
-            def log_message(self, *_args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def job(self, job_id: str, status: str, log: str, *, start: float = NOW - 120,
-            end: float | None = NOW - 60, message: str = "") -> None:
-        self.jobs[job_id] = {
-            "type": "SUBMISSION", "job_id": None, "submission_id": job_id, "status": status,
-            "entrypoint": "python -m secret-stuff", "message": message, "error_type": None,
-            "start_time": int(start * MS), "end_time": int(end * MS) if end else None,
-            "metadata": {"experiment": "e"}, "runtime_env": {"env_vars": {"X": "hidden"}},
-            "driver_exit_code": 1 if status == "FAILED" else None}
-        self.logs[job_id] = log
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def job(self, job_id: str, status: str, log: str = "", *, start: float = NOW - 120,
+            end: float | None = NOW - 60, message: str = "", **_fields: object) -> dict:
+        return super().job(job_id, status, log, entrypoint="python -m secret-stuff",
+                           start=start, end=end, message=message, metadata={"experiment": "e"},
+                           runtime_env={"env_vars": {"X": "hidden"}},
+                           exit_code=1 if status == "FAILED" else None)
 
 
 @pytest.fixture

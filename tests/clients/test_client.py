@@ -9,84 +9,16 @@ import pytest
 from orchestrator.clients.jobs import JobsClient
 from orchestrator.errors import JobError
 from orchestrator.reach.endpoint import Endpoint
+from tests.fake_ray import FakeRay
 
 
-class _JobApi:
-    """A loopback HTTP server answering as Ray's job API does (version, packages, submit, job
-    info): Ray's own JobSubmissionClient talks to it over real HTTP. `before(handler, count)`
-    may answer the count-th submission itself, creating no job (return True); `after`, the
-    same once the job exists."""
+class _JobApi(FakeRay):
+    """The fake of Ray's Job API (tests/fake_ray.py, checked against a real Ray by
+    tests/clients/test_fake_ray.py); entered, a JobsClient on it: Ray's own
+    JobSubmissionClient talks to it over real HTTP."""
 
-    def __init__(self, before=None, after=None):
-        import http.server
-        import json
-        import threading
-
-        self.posts: list[dict] = []
-        self.jobs: dict[str, dict] = {}
-        self.packages: set[str] = set()
-        api = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
-
-            def send(self, status: int, body: str, kind: str = "application/json") -> None:
-                data = body.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                import ray
-
-                if self.path.startswith("/api/packages/"):
-                    name = self.path.rsplit("/", 1)[1]
-                    self.send(200 if name in api.packages else 404, "")
-                elif self.path.startswith("/api/jobs/") and self.path.count("/") == 3:
-                    job = api.jobs.get(self.path.rsplit("/", 1)[1])
-                    self.send(200 if job else 404, json.dumps(job or {}))
-                else:
-                    self.send(200, json.dumps({"version": "4", "ray_version": ray.__version__,
-                                               "ray_commit": ray.__commit__}))
-
-            def do_PUT(self):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                api.packages.add(self.path.rsplit("/", 1)[1])
-                self.send(200, "")
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                api.posts.append(body)
-                if before is not None and before(self, len(api.posts)):
-                    return
-                job_id = body["submission_id"]
-                if job_id in api.jobs:
-                    self.send(400, f"Job with submission_id {job_id} already exists. Please "
-                                   f"use a different submission_id.", "text/plain")
-                    return
-                api.jobs[job_id] = {"type": "SUBMISSION", "job_id": None, "submission_id": job_id,
-                                    "status": "PENDING", "entrypoint": body["entrypoint"],
-                                    "metadata": body.get("metadata") or {},
-                                    "runtime_env": body.get("runtime_env") or {}}
-                if after is not None and after(self, len(api.posts)):
-                    return
-                self.send(200, json.dumps({"job_id": job_id, "submission_id": job_id}))
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                                       daemon=True)
-
-    def __enter__(self) -> JobsClient:
-        self.thread.start()
-        return JobsClient(Endpoint(f"http://127.0.0.1:{self.server.server_port}", None, "local"))
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
+    def __enter__(self) -> JobsClient:  # type: ignore[override]
+        return JobsClient(Endpoint(self.address, None, "local"))
 
 
 def test_unreachable_address_is_a_job_error():

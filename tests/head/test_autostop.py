@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from orchestrator.head import autostop, takedown
 from orchestrator.head.autostop import Settings, decide
+from tests.fake_ray import NO_SERVE, FakeRay
 from tests.head.conftest import T0
 
 IDLE = Settings(idle_minutes=1)
@@ -99,40 +98,21 @@ def test_dashboard_port_from_the_head_start_commands():
         "ray start --head --dashboard-port=9000 --dashboard-host=127.0.0.1"]}) == 9000
 
 
-class JobApi(BaseHTTPRequestHandler):
-    """The head's dashboard as the watcher asks it: the job API, and Serve's REST API (by
-    default Ray 2.60's answer when Serve was never started: no controller, no application)."""
-    jobs: list[dict] = []
-    seen: list[str | None] = []
-    serve: tuple[int, object] = (200, {})
-
-    def do_GET(self):  # noqa: N802 - http.server's name
-        JobApi.seen.append(self.headers.get("Authorization"))
-        code, found = (200, JobApi.jobs) if self.path == "/api/jobs/" else \
-            JobApi.serve if self.path == "/api/serve/applications/" else (404, "Not Found")
-        body = (found if isinstance(found, str) else json.dumps(found)).encode()
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-NO_SERVE = {"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": None}
+# The fake the `job_api` fixture started (tests/fake_ray.py): the head's dashboard as the watcher
+# asks it, the job API and Serve's REST API (by default Serve never started). A test sets its
+# job table (`table`) and Serve's answer (`serve`), and reads the headers it was sent (`seen`).
+API: FakeRay
 
 
 @pytest.fixture
 def job_api(dashboard):
-    """The port of the head's dashboard: JobApi, behind a listener proven Ray's dashboard."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), JobApi)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    JobApi.jobs, JobApi.seen, JobApi.serve = [], [], (200, NO_SERVE)
-    yield dashboard(server.server_address[1])
-    server.shutdown()
-    server.server_close()
+    """The port of the head's dashboard: the fake Ray, behind a listener proven Ray's
+    dashboard."""
+    global API
+    with FakeRay() as fake:
+        API = fake
+        fake.table = []
+        yield dashboard(fake.port)
 
 
 def write_config(home: Path, port: int, rules: dict | None) -> None:
@@ -149,14 +129,14 @@ def test_a_poll_asks_the_job_api_with_the_token_and_writes_its_status(head_home,
     assert json.loads(autostop.STATUS_FILE.read_text())["state"] == "off"
 
     write_config(head_home, job_api, {"idle_minutes": 1})   # added in place: read next poll
-    JobApi.jobs = [{"status": "SUCCEEDED"}, {"status": "RUNNING"}]
+    API.table = [{"status": "SUCCEEDED"}, {"status": "RUNNING"}]
     verdict = autostop.poll_once(memory, now=T0 + 10, log=print)
     assert verdict is not None and not verdict.stop and verdict.idle_since is None
-    assert JobApi.seen[-1] == "Bearer secret-token"
+    assert API.seen[-1] == "Bearer secret-token"
     status = json.loads(autostop.STATUS_FILE.read_text())
     assert status["activity"] == ["1 job(s)"] and status["seconds_left"] is None
 
-    JobApi.jobs = [{"status": "SUCCEEDED"}, {"status": "STOPPED"}]
+    API.table = [{"status": "SUCCEEDED"}, {"status": "STOPPED"}]
     autostop.poll_once(memory, now=T0 + 20, log=print)
     assert json.loads(autostop.STATUS_FILE.read_text())["seconds_left"] == 60
     assert not stops["down"]
@@ -179,7 +159,7 @@ def test_a_poll_asks_the_job_api_with_the_token_and_writes_its_status(head_home,
 ], ids=["never-started", "not-installed", "running", "failed", "deleting", "error", "not-json"])
 def test_serve_applications_are_activity(head_home, job_api, stops, answer, busy):
     write_config(head_home, job_api, {"idle_minutes": 1})
-    JobApi.serve = answer
+    API.serve = answer
     memory: dict = {}
     for now in (T0, T0 + 600):
         verdict = autostop.poll_once(memory, now=now, log=print)
@@ -198,7 +178,7 @@ def test_an_idle_stop_is_abandoned_when_the_head_got_busy_while_archiving(
 
     def archive(config, reason, details, log):   # a job arrives while the logs are archived
         stops["archived"].append(reason)
-        JobApi.jobs = [{"status": "PENDING"}]
+        API.table = [{"status": "PENDING"}]
 
     monkeypatch.setattr(autostop, "archive_logs", archive)
     autostop.poll_once(memory, now=T0, log=said.append)
@@ -208,14 +188,14 @@ def test_an_idle_stop_is_abandoned_when_the_head_got_busy_while_archiving(
     assert "autostop abandoned: 1 job(s) after archiving" in said[-1]
     status = json.loads(autostop.STATUS_FILE.read_text())
     assert status["state"] == "watching" and status["idle_since"] is None
-    JobApi.jobs = []                                             # the clock starts again
+    API.table = []                                             # the clock starts again
     verdict = autostop.poll_once(memory, now=T0 + 100, log=said.append)
     assert verdict is not None and not verdict.stop and verdict.seconds_left == 60
 
 
 def test_a_max_uptime_stop_goes_ahead_whatever_runs(head_home, job_api, stops, monkeypatch):
     write_config(head_home, job_api, {"max_uptime_minutes": 1})
-    JobApi.jobs = [{"status": "RUNNING"}]
+    API.table = [{"status": "RUNNING"}]
     memory: dict = {}
     autostop.poll_once(memory, now=T0 + 60, log=print)
     assert stops["down"] == ["max uptime 1 min reached"] and memory["ended"]
@@ -403,14 +383,14 @@ def test_a_failed_takedown_backs_off_while_ray_runs_and_is_given_up_when_the_hea
 
     # `up` started Ray again and a job runs on it: the failed stop is not carried out later
     monkeypatch.setattr(autostop, "ray_started", lambda: T0 + 200)
-    JobApi.jobs = [{"status": "RUNNING"}]
+    API.table = [{"status": "RUNNING"}]
     for now in (T0 + 210, T0 + 2000):
         verdict = autostop.poll_once(memory, now=now, log=print)
         assert verdict is not None and not verdict.stop
     status = json.loads(autostop.STATUS_FILE.read_text())
     assert status["state"] == "watching" and len(stops["down"]) == 2
     assert "takedown" not in memory and "backoff" not in memory
-    JobApi.jobs = []                                     # idle again: a new decision, made anew
+    API.table = []                                     # idle again: a new decision, made anew
     autostop.poll_once(memory, now=T0 + 2010, log=print)
     autostop.poll_once(memory, now=T0 + 2070, log=print)
     assert len(stops["down"]) == 3 and memory["ended"]
@@ -435,7 +415,7 @@ def test_a_job_that_came_and_went_between_two_polls_is_activity(head_home, job_a
     autostop.poll_once(memory, now=T0, log=print)
     assert memory["idle_since"] == T0
     # a short job, started and ended between the polls: never seen RUNNING
-    JobApi.jobs = [{"status": "SUCCEEDED", "start_time": (T0 + 20) * 1000,
+    API.table = [{"status": "SUCCEEDED", "start_time": (T0 + 20) * 1000,
                     "end_time": (T0 + 40) * 1000},
                    {"status": "FAILED", "start_time": (T0 - 900) * 1000,
                     "end_time": (T0 - 800) * 1000}]               # before: not activity
