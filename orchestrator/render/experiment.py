@@ -316,11 +316,37 @@ def ship(spec: ExperimentSpec) -> WorkingDir:
     store = str((spec.document.get("own_cluster") or {}).get("package_store") or "")
     if store.startswith("file://"):   # a RayJob's package store: never inside its own zip
         inside.append(urllib.parse.urlparse(store).path)
+    store_folder, store_file = _tracking_store(spec)
+    if store_folder:
+        inside.append(store_folder)
+    if store_file:
+        extra.extend(_anchored(spec.working_dir, store_file))
     excludes = excludes_for(spec.working_dir, extra, [*inside, str(home())]) + \
         _credential_files(spec.working_dir)
     return scan(spec.working_dir, excludes,
                 include_gitignore=os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1",
                 problem=lambda message, hint: _working_dir_problem(spec, message, hint))
+
+
+def _tracking_store(spec: ExperimentSpec) -> tuple[str | None, str | None]:
+    """(the folder, the file) of a local MLflow store the job writes to: where runs are
+    recorded, never code to ship (shipped, it grew with each run and made an unchanged
+    experiment a new job)."""
+    tracked = tracking(spec, os.environ)
+    uri = tracked["tracking_uri"] if tracked else ""
+    if uri.startswith("sqlite:////"):
+        return None, uri[len("sqlite:///"):]
+    if uri.startswith("file:"):
+        uri = urllib.parse.urlparse(uri).path
+    return (uri, None) if uri.startswith("/") else (None, None)
+
+
+def _anchored(root: Path, file: str) -> list[str]:
+    """`file` as an exclude anchored at `root`, when it lies inside it."""
+    try:
+        return ["/" + Path(file).resolve().relative_to(root.resolve()).as_posix()]
+    except ValueError:
+        return []
 
 
 def _working_dir_problem(spec: ExperimentSpec, message: str, hint: str) -> Problem:

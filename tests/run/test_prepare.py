@@ -62,6 +62,25 @@ def test_new_results_do_not_change_the_submission_id(tmp_path):
     assert prepare(load_experiment(path), RunOptions(), print).submission_id != first
 
 
+@pytest.mark.parametrize("store", ["mlruns", "file:{folder}/mlruns", "sqlite:///runs/mlflow.db"])
+def test_a_local_tracking_store_is_not_shipped_and_what_it_records_changes_no_id(tmp_path,
+                                                                                 store):
+    """MLflow's file store (or SQLite file) beside the experiment is where the job writes,
+    not code: shipped, it grew every upload, and each run's records made the next `run` of an
+    unchanged experiment a new job (found by the Python API's test, 2026-12-03)."""
+    folder = tmp_path / "exp"
+    uri = store.format(folder=folder)
+    path = experiment(folder, tracking={"mlflow": {"tracking_uri": uri}})
+    first = prepare(load_experiment(path), RunOptions(), print)
+    written = folder / ("runs/mlflow.db" if "sqlite" in uri else "mlruns/0/meta.yaml")
+    written.parent.mkdir(parents=True)
+    written.write_text("what a run recorded\n")
+    again = prepare(load_experiment(path), RunOptions(), print)
+    assert again.submission_id == first.submission_id
+    shipped = workdir.scan(folder, tuple(again.runtime_env["excludes"]))
+    assert not [name for name, _ in shipped.files if "mlruns" in name or "mlflow.db" in name]
+
+
 def test_a_large_upload_is_announced_with_its_largest_entries(tmp_path, monkeypatch):
     path = experiment(tmp_path / "exp")
     monkeypatch.setattr(workdir, "WARN_BYTES", 1000)
