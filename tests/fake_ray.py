@@ -14,7 +14,7 @@ this fake and to a real Ray and compares the answers):
     GET  /api/jobs/<id>                one record; 404 and text when there is none
     GET  /api/jobs/<id>/logs           {"logs": text}
     POST /api/jobs/                    submit: {"job_id", "submission_id"}; a submission id
-                                       taken: 400 and Ray's text
+                                       taken: 500 and a traceback ending in Ray's text
     GET, PUT /api/packages/<uri>       a package's presence; an upload
     GET  /api/serve/applications/      Serve's state (by default: never started)
 
@@ -44,9 +44,7 @@ def job_record(job_id: str, status: str, *, entrypoint: str = "true", start: flo
             "end_time": int(end * MS) if end is not None else None,
             "metadata": metadata or {}, "runtime_env": runtime_env or {},
             "driver_agent_http_address": None, "driver_node_id": None,
-            "driver_exit_code": exit_code, "entrypoint_num_cpus": None,
-            "entrypoint_num_gpus": None, "entrypoint_memory": None,
-            "entrypoint_resources": None}
+            "driver_exit_code": exit_code}
 
 
 class FakeRay:
@@ -133,9 +131,12 @@ class FakeRay:
                 if before is not None and before(self, len(fake.posts)):
                     return
                 job_id = body.get("submission_id") or f"raysubmit_{len(fake.posts)}"
-                if job_id in fake.jobs:
-                    self.send(400, f"Job with submission_id {job_id} already exists. "
-                                   "Please use a different submission_id.", "text/plain")
+                if job_id in fake.jobs:   # Ray's head passes on its job agent's refusal
+                    self.send(500, "Traceback (most recent call last):\n  ...\nRuntimeError: "
+                                   "Request failed with status code 400: Traceback (most recent "
+                                   "call last):\n  ...\nValueError: Job with submission_id "
+                                   f"{job_id} already exists. Please use a different "
+                                   "submission_id.\n", "text/plain")
                     return
                 fake.jobs[job_id] = job_record(job_id, "PENDING", entrypoint=body["entrypoint"],
                                                metadata=body.get("metadata"),
