@@ -4,6 +4,8 @@ each in a folder of its own.
     backend(cluster, state, progress) -> LaunchBackend     the one place a backend is built
     backend_type(provider) -> the backend's class           what it is, without building it
     features(provider) -> frozenset[Feature]                what it can do (base.Feature)
+    jobs_on_own_cluster(cluster, state, progress)           the backend as it runs a job on a
+                                                            cluster of its own (a RayJob)
 
 A provider's `LAUNCH` names its backend: `ray-up` (ray_up/: `ray up`/`down` over SSH, `ssh -L`
 forwards, `ray attach`/`rsync`, `exec` over ssh) and `kuberay` (kuberay/: a RayCluster through
@@ -17,12 +19,12 @@ from typing import Protocol
 from .. import providers
 from ..state import State
 from ..util.progress import Progress, silent
-from .base import Feature, LaunchBackend
+from .base import Feature, JobsOnOwnCluster, LaunchBackend
 from .kuberay.backend import KubeRay
 from .ray_up.backend import RayUp
 
-__all__ = ["BACKENDS", "Feature", "KubeRay", "LaunchBackend", "RayUp", "backend", "backend_type",
-           "features"]
+__all__ = ["BACKENDS", "Feature", "JobsOnOwnCluster", "KubeRay", "LaunchBackend", "RayUp", "backend",
+           "backend_type", "features", "jobs_on_own_cluster"]
 
 BACKENDS: dict[str, type[RayUp] | type[KubeRay]] = {RayUp.NAME: RayUp, KubeRay.NAME: KubeRay}
 
@@ -51,3 +53,19 @@ def backend(cluster: Cluster, state: State,
             progress: Progress = silent) -> LaunchBackend:
     """The launch backend of `cluster`'s provider, working in `state`, telling `progress`."""
     return backend_type(cluster.provider)(state, progress)
+
+
+def jobs_on_own_cluster(cluster: Cluster, state: State,
+                        progress: Progress = silent) -> JobsOnOwnCluster:
+    """The launch backend of `cluster`'s provider, as it runs a job on a cluster of its own
+    (`Feature.JOB_ON_OWN_CLUSTER`); ClusterError for a backend that cannot."""
+    from typing import cast
+
+    from ..errors import ClusterError
+
+    found = backend(cluster, state, progress)
+    if Feature.JOB_ON_OWN_CLUSTER not in found.FEATURES:
+        raise ClusterError(f"{cluster.provider} clusters cannot run a job on a cluster of its own",
+                           hint="`own_cluster` needs a KubeRay cluster file")
+    return cast(JobsOnOwnCluster, found)
+

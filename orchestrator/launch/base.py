@@ -109,3 +109,18 @@ class LaunchBackend(Protocol):
     def rsync(self, record: ClusterRecord, *, down: bool, source: str, target: str,
               all_nodes: bool = False) -> None:
         """Files from here to the head (or its nodes), or from the head here (`down`)."""
+
+
+class JobsOnOwnCluster(Protocol):
+    """What a backend with `Feature.JOB_ON_OWN_CLUSTER` does (`launch.jobs_on_own_cluster`):
+    a run on a cluster of its own, made for the job and gone after it (KubeRay's RayJob)."""
+
+    def submit_job(self, cluster: str, config: dict[str, Any],
+                   manifest: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        """Create the job's resource from `manifest` (its cluster file `cluster`'s rendered
+        `config`); (False: it existed already, the stored one)."""
+
+    def follow_job(self, config: dict[str, Any], name: str, *,
+                   timeout: float | None = None) -> dict[str, Any]:
+        """Wait for the job `name` to end; its status."""
+

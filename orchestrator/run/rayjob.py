@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import launch
 from ..errors import JobError, Problem, SpecError
 from ..launch.kuberay import manifests as kuberay
-from ..launch.kuberay.backend import KubeRay
 from ..render import packages
 from ..render.cluster import render_cluster
 from ..state import State, cluster_key
@@ -80,7 +80,7 @@ def run(spec: ExperimentSpec, plan: JobPlan[JobConfig], shipped: WorkingDir, sta
     progress(f"putting the job's code in {store}")
     package_store.put(store, shipped, progress)
     state.secrets.ensure(cluster_key(spec.cluster.name))
-    backend = KubeRay(state, progress)
+    backend = launch.jobs_on_own_cluster(spec.cluster, state, progress)
     created, stored = backend.submit_job(spec.cluster.name, config, job)
     where = f"RayJob {namespace}/{name} (job {plan.submission_id})"
     ended = (stored.get("status") or {}).get("jobStatus") or ""
