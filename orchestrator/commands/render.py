@@ -39,7 +39,7 @@ def render_document(spec: ClusterSpec | ExperimentSpec | ServiceSpec) -> dict[st
     from ..contract import CONFIG_ENV
     from ..render.experiment import render_job, ship
 
-    if "own_cluster" in spec.document:   # a RayJob (orchestrator.run.rayjob)
+    if spec.own_cluster is not None:   # a RayJob (orchestrator.run.rayjob)
         from ..run import rayjob
 
         shipped = ship(spec)
@@ -73,16 +73,16 @@ def render_service(spec: ServiceSpec) -> dict[str, Any]:
 
     kuberay = spec.cluster is not None and \
         launch.Feature.SERVICE_RESOURCE in launch.features(spec.cluster.provider)
-    store = spec.document.get("package_store")
+    store = spec.package_store
     package = {}
     if kuberay and store:   # a RayService: the package where the cluster fetches it
         from ..render.packages import uris
 
         package["package_uri"] = uris(store, None)["orchestrate"]
     application = service.render_application(spec, checkpoint=checkpoint,
-                                             token_sha256=None if spec.document.get("auth") == "none"
+                                             token_sha256=None if spec.auth == "none"
                                              else "<sha256 of the service's token>", **package)
-    port = spec.document.get("http_port", service.DEFAULT_PORT)
+    port = spec.http_port or service.DEFAULT_PORT
     if kuberay:
         from ..launch.kuberay.manifests import findings_at, ray_service
         from ..render.cluster import render_cluster

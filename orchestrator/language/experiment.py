@@ -41,6 +41,12 @@ class ExperimentSpec:
     environment: Environment = field(default_factory=Environment)  # runtime_env: pip, env_vars
 
     @property
+    def own_cluster(self) -> dict[str, Any] | None:
+        """`own_cluster`: the run brings a cluster of its own (a RayJob); None: it does not."""
+        own = self.document.get("own_cluster")
+        return dict(own) if isinstance(own, dict) else None
+
+    @property
     def profiling(self) -> bool:
         """The embedded Ray is to start with the dashboard's profiling on (a cluster has it from
         its own file: `cluster_settings.profiling`)."""

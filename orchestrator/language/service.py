@@ -50,6 +50,28 @@ class ServiceSpec:
     doc: Document | None = field(repr=False, compare=False, default=None)
 
     @property
+    def http_port(self) -> int | None:
+        """`http_port`: the port of Serve's proxy (None: the default, or one picked free)."""
+        port = self.document.get("http_port")
+        return int(port) if port is not None else None
+
+    @property
+    def demo(self) -> bool:
+        """`demo`: a demo page beside the API (true, or the user's own app)."""
+        return bool(self.document.get("demo"))
+
+    @property
+    def auth(self) -> str:
+        """`auth`: "token" (the default: a bearer token per request) or "none"."""
+        return str(self.document.get("auth", "token"))
+
+    @property
+    def package_store(self) -> str | None:
+        """`package_store`: where a RayService's cluster fetches the code (KubeRay)."""
+        store = self.document.get("package_store")
+        return str(store) if store else None
+
+    @property
     def demo_app(self) -> str | None:
         """`demo: {app: "module:function"}`: the user's own Gradio Blocks; None otherwise."""
         demo = self.document.get("demo")

@@ -24,12 +24,12 @@ def user_config(spec: ServiceSpec, checkpoint: str, token_sha256: str | None,
     gpus = float((spec.document.get("resources_per_replica") or {}).get("gpus", 0))
     # from the file, not from the hash: a hash lost on the way fails closed in the replica
     config: ServeUserConfig = {
-        "checkpoint": checkpoint, "auth": str(spec.document.get("auth", "token")),
+        "checkpoint": checkpoint, "auth": spec.auth,
         "token_sha256": token_sha256,
         "max_batch_size": int(batching.get("max_batch_size", 1)),
         "batch_wait_timeout_s": float(batching.get("batch_wait_timeout_s", 0.0)),
         "use_gpu": gpus > 0}
-    if spec.document.get("demo"):   # only when asked: a service without it renders as before
+    if spec.demo:   # only when asked: a service without it renders as before
         config["demo"] = True
         if demo_sha256:   # the page's own secret (not the token): its cookie (`demo_page`)
             config["demo_sha256"] = demo_sha256

@@ -125,7 +125,7 @@ def run(spec: ExperimentSpec, options: RunOptions, state: State, progress: Progr
     started = time.monotonic()
     shipped = ship(spec)
     plan = _prepare(spec, shipped, options, progress)
-    if "own_cluster" in spec.document:   # a RayJob on a cluster of its own
+    if spec.own_cluster is not None:   # a RayJob on a cluster of its own
         from . import rayjob
 
         ended = rayjob.run(spec, plan, shipped, state, progress, detach=options.detach,

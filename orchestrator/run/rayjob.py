@@ -45,7 +45,8 @@ def _rendered(spec: ExperimentSpec, plan: JobPlan[JobConfig],
               shipped: WorkingDir | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the cluster file's config, the RayJob made from it)."""
     assert spec.cluster is not None   # the language requires a KubeRay cluster file
-    own = spec.document["own_cluster"]
+    own = spec.own_cluster
+    assert own is not None   # run only for an experiment with `own_cluster`
     config = render_cluster(spec.cluster, token_file="-").config
     job = kuberay.ray_job(plan, config, own, packages.uris(own["package_store"], shipped))
     refused = kuberay.findings_at(job)
@@ -76,7 +77,9 @@ def run(spec: ExperimentSpec, plan: JobPlan[JobConfig], shipped: WorkingDir, sta
     config, job = _rendered(spec, plan, shipped)
     name = str(job["metadata"]["name"])
     namespace = str(config["provider"]["namespace"])
-    store = spec.document["own_cluster"]["package_store"]
+    own = spec.own_cluster
+    assert own is not None
+    store = own["package_store"]
     progress(f"putting the job's code in {store}")
     package_store.put(store, shipped, progress)
     state.secrets.ensure(cluster_key(spec.cluster.name))
@@ -99,7 +102,7 @@ def run(spec: ExperimentSpec, plan: JobPlan[JobConfig], shipped: WorkingDir, sta
         return Outcome(plan.submission_id, created, interrupted=True)
     if status.get("jobStatus") != "SUCCEEDED":
         cluster = status.get("rayClusterName") or "its cluster"
-        kept = kuberay.kept_seconds(spec.document["own_cluster"])
+        kept = kuberay.kept_seconds(own)
         raise JobError(f"{where} ended {status.get('jobStatus') or status.get('jobDeploymentStatus')}"
                        + (f": {status['message']}" if status.get("message") else ""),
                        hint=f"the submitter's log: kubectl -n {namespace} logs job/{name}; "

@@ -105,7 +105,7 @@ def _http_options(details: dict[str, Any], host: str, spec: ServiceSpec,
     current = details.get("http_options") or {}  # present only while Serve runs
     if current.get("port"):
         return dict(current), "running"
-    port = spec.document.get("http_port") or (render.DEFAULT_PORT if cluster else None)
+    port = spec.http_port or (render.DEFAULT_PORT if cluster else None)
     if port:
         return render.http_options(host, int(port)), "given"
     return render.http_options(host, free_port()), "picked"
@@ -225,11 +225,11 @@ def deploy(spec: ServiceSpec, state: State, progress: Progress) -> Served:
     state.store.record_service(spec.name, {
         "cluster": cluster.name if cluster else None, "file": str(spec.path.resolve()),
         "url": url, "route_prefix": spec.route_prefix, "checkpoint": checkpoint,
-        "auth": token is not None, "demo": bool(spec.document.get("demo")),
+        "auth": token is not None, "demo": spec.demo,
         "deployed_at": time.time()})
     return Served(spec.name, url, status, checkpoint, changed, token if made else None,
                   token_file, cluster.name if cluster else None,
-                  demo=f"{url}/demo/" if spec.document.get("demo") else None)
+                  demo=f"{url}/demo/" if spec.demo else None)
 
 
 def _working_dir(spec: ServiceSpec, serve: ServeClient) -> str:
@@ -247,7 +247,7 @@ def _gradio_here(spec: ServiceSpec) -> None:
     """The embedded Ray's replicas run with this Python: the demo page needs Gradio in it."""
     import importlib.util
 
-    if spec.document.get("demo") and importlib.util.find_spec("gradio") is None:
+    if spec.demo and importlib.util.find_spec("gradio") is None:
         raise _problem(spec, ("demo",), "the demo page is a Gradio app, and Gradio is not "
                        "installed in this Python (the embedded Ray's replicas run with it)",
                        "pip install 'orchestrate-ray[demo]'")
@@ -255,7 +255,7 @@ def _gradio_here(spec: ServiceSpec) -> None:
 
 def _token(spec: ServiceSpec, state: State) -> tuple[str | None, str | None, bool]:
     """(token, its file, made now): None for `auth: none`; else made once, 0600, and kept."""
-    if spec.document.get("auth", "token") == "none":
+    if spec.auth == "none":
         return None, None, False
     key = service_key(spec.name)
     made = not state.secrets.path(key).exists()
@@ -268,7 +268,7 @@ def _demo_secret(spec: ServiceSpec, state: State, token: bool) -> str | None:
     token service, kept across updates; dropped when the page is off, so turning it on again
     makes a new one (and a cookie of the old one lets no one in)."""
     key = demo_key(spec.name)
-    if not (token and spec.document.get("demo")):
+    if not (token and spec.demo):
         state.secrets.remove(key)
         return None
     state.secrets.ensure(key)
