@@ -74,7 +74,7 @@ def up(cluster: str | Path | ClusterSpec, *, restart: bool = False, preflight: b
        progress: Progress = silent, state: State | None = None,
        ask: Any = None) -> Up:
     """Launch, or update, the cluster of a file. A change that restarts Ray on a running
-    cluster is made only with `restart=True` (else ClusterError, nothing changed); `ask`, a
+    cluster is made only with `restart=True` (else OrchestrateError, nothing changed); `ask`, a
     function of the question, is asked instead when given (the CLI's prompt)."""
     from .cluster.apply import UpOptions
     from .cluster.apply import up as apply_up
@@ -209,7 +209,8 @@ def run(experiment: str | Path | ExperimentSpec, *, detach: bool = False, force:
                             state, progress)
 
     def lines(config: Any, job_id: str, secrets: dict[str, str]) -> Display:
-        return display(config, job_id, secrets, verbose=not quiet, live=False, out=out)
+        return display(config, job_id, secrets, verbose=not quiet, live=False, out=out,
+                       progress=progress)
 
     return use_case.run(spec, options, state, progress, follower or lines, in_project)
 

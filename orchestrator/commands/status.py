@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(idle.describe(report) if report else "the embedded Ray is not running")
         return 0
-    rows = api.status(args.name, state=state)
+    rows = api.status(args.name or None, state=state)
     if args.format == "json":
         emit_json(rows)
         return 0

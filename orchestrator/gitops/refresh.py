@@ -79,7 +79,7 @@ def _cluster(entry: dict[str, Any], ps: ProjectState, scratch: State,
 def _pins(machine: State, scratch: State, name: str) -> None:
     """The host keys this machine pinned for the cluster, where the scratch checkout's ssh
     checks them: a head reached before must offer the same key again; and the key pair Ray's
-    bootstrap made here for it, when the file names none (launch.launcher_auth)."""
+    bootstrap made here for it, when the file names none (launch.ray_up.launcher_auth)."""
     launcher_auth.hand(machine, scratch, name)
     mine = pins(machine, name)
     if mine is not None:

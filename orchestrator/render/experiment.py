@@ -319,8 +319,8 @@ def ship(spec: ExperimentSpec) -> WorkingDir:
     store_folder, store_file = _tracking_store(spec)
     if store_folder:
         inside.append(store_folder)
-    if store_file:
-        extra.extend(_anchored(spec.working_dir, store_file))
+    if store_file:   # SQLite's journal, -wal and -shm files beside it too
+        extra.extend(f"{pattern}*" for pattern in _anchored(spec.working_dir, store_file))
     excludes = excludes_for(spec.working_dir, extra, [*inside, str(home())]) + \
         _credential_files(spec.working_dir)
     return scan(spec.working_dir, excludes,
@@ -332,12 +332,18 @@ def _tracking_store(spec: ExperimentSpec) -> tuple[str | None, str | None]:
     """(the folder, the file) of a local MLflow store the job writes to: where runs are
     recorded, never code to ship (shipped, it grew with each run and made an unchanged
     experiment a new job)."""
-    tracked = tracking(spec, os.environ)
+    from ..errors import SpecError
+
+    try:
+        tracked = tracking(spec, os.environ)
+    except SpecError:   # a URI refused (a password in it): render_job says so where it runs
+        return None, None
     uri = tracked["tracking_uri"] if tracked else ""
     if uri.startswith("sqlite:////"):
-        return None, uri[len("sqlite:///"):]
+        return None, urllib.parse.unquote(uri[len("sqlite:///"):].split("?")[0])
     if uri.startswith("file:"):
-        uri = urllib.parse.urlparse(uri).path
+        path = urllib.parse.unquote(urllib.parse.urlparse(uri).path)
+        uri = str((spec.path.resolve().parent / path).resolve()) if path else ""
     return (uri, None) if uri.startswith("/") else (None, None)
 
 

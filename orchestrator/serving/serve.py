@@ -1,5 +1,5 @@
 """`orchestrate serve` / `unserve` / `serve --status`: a Serve application per service file,
-through the dashboard's Serve REST API (`serve_client.ServeClient`, on the Endpoint
+through the dashboard's Serve REST API (`clients.serve.ServeClient`, on the Endpoint
 `reach.target.open_target` gives: the service's cluster, or the embedded Ray).
 
     deploy(spec, state, progress) -> Served

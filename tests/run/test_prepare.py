@@ -62,7 +62,8 @@ def test_new_results_do_not_change_the_submission_id(tmp_path):
     assert prepare(load_experiment(path), RunOptions(), print).submission_id != first
 
 
-@pytest.mark.parametrize("store", ["mlruns", "file:{folder}/mlruns", "sqlite:///runs/mlflow.db"])
+@pytest.mark.parametrize("store", ["mlruns", "file:{folder}/mlruns", "file:mlruns",
+                                   "sqlite:///runs/mlflow.db", "sqlite:///{folder}/runs/mlflow.db?timeout=5"])
 def test_a_local_tracking_store_is_not_shipped_and_what_it_records_changes_no_id(tmp_path,
                                                                                  store):
     """MLflow's file store (or SQLite file) beside the experiment is where the job writes,
@@ -75,10 +76,21 @@ def test_a_local_tracking_store_is_not_shipped_and_what_it_records_changes_no_id
     written = folder / ("runs/mlflow.db" if "sqlite" in uri else "mlruns/0/meta.yaml")
     written.parent.mkdir(parents=True)
     written.write_text("what a run recorded\n")
+    if "sqlite" in uri:   # SQLite's journal beside its file
+        (folder / "runs" / "mlflow.db-journal").write_text("a transaction\n")
     again = prepare(load_experiment(path), RunOptions(), print)
     assert again.submission_id == first.submission_id
     shipped = workdir.scan(folder, tuple(again.runtime_env["excludes"]))
     assert not [name for name, _ in shipped.files if "mlruns" in name or "mlflow.db" in name]
+
+
+def test_a_tracking_server_is_not_mistaken_for_a_folder_to_leave_out(tmp_path):
+    from orchestrator.render.experiment import _tracking_store
+
+    for uri in ("http://127.0.0.1:5000", "https://mlflow.example", "databricks", "s3://b/p",
+                "postgresql://db/mlflow"):
+        path = experiment(tmp_path / uri.split(":")[0], tracking={"mlflow": {"tracking_uri": uri}})
+        assert _tracking_store(load_experiment(path)) == (None, None), uri
 
 
 def test_a_large_upload_is_announced_with_its_largest_entries(tmp_path, monkeypatch):

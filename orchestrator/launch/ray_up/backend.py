@@ -187,7 +187,7 @@ class RayUp:
 
     def environment(self, name: str, provider: str) -> dict[str, str]:
         """What every `ray` command of this cluster runs with (Ray's own clients included):
-        its `ssh` is the one that checks the cluster's pinned host keys (launch.known_hosts)."""
+        its `ssh` is the one that checks the cluster's pinned host keys (launch.ray_up.known_hosts)."""
         scratch = self._scratch(name)
         pinning = known_hosts.ssh_folder(self.state, name)
         path = {"PATH": f"{pinning}{os.pathsep}{os.environ.get('PATH', os.defpath)}"} \
