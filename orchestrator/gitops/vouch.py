@@ -30,13 +30,11 @@ class Vouched:
     by: str = ""                   # "pin", "cloud", "kubernetes" (what vouched), "" (nothing)
     refused: str | None = None     # why the state's address is not reached, and what to do
     note: str | None = None        # the state said another address than the one taken
-    # the head is found through an API (Kubernetes), never dialed at an address: the record
-    # keeps the state's address as the state said it
-    through_api: bool = False
-
     def head(self, state_head: str | None) -> str | None:
-        """The head address a checked out record holds, the state's being `state_head`."""
-        return state_head if self.through_api else self.address
+        """The head address a checked out record holds, the state's being `state_head`: a head
+        Kubernetes vouched for is found through its API, never dialed, so the record keeps the
+        state's address as the state said it."""
+        return state_head if self.by == "kubernetes" else self.address
 
 
 def pins(machine: State, name: str) -> Path | None:
@@ -62,7 +60,7 @@ def _through_api(name: str, recorded: dict[str, Any], wanted: dict[str, Any] | N
                  where: str) -> Vouched:
     said = (recorded.get("provider") or {}).get("namespace")
     if wanted is None or (wanted.get("provider") or {}).get("namespace") == said:
-        return Vouched(None, "kubernetes", through_api=True)
+        return Vouched(None, "kubernetes")
     mine = (wanted.get("provider") or {}).get("namespace")
     return Vouched(None, refused=f"{where} places cluster {name!r} in namespace {said!r}, its "
                                  f"file in {mine!r}: orchestrate reaches it only where its "
